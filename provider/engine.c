@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+
+#include "provider/engine.h"
+
+int wsd_engine_init(struct wsd_engine *e)
+{
+	int ret = io_uring_queue_init(4, &e->ring, 0);
+
+	e->ready = ret == 0;
+	return ret;
+}
+
+void wsd_engine_fini(struct wsd_engine *e)
+{
+	if (e->ready)
+		io_uring_queue_exit(&e->ring);
+	e->ready = 0;
+}
+
+int wsd_engine_wait_fd(struct wsd_engine *e, int fd, int64_t timeout_ns)
+{
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	struct __kernel_timespec ts;
+	int ret, res = 0;
+	int got_poll = 0;
+
+	if (!e->ready)
+		return -ENODEV;
+	sqe = io_uring_get_sqe(&e->ring);
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_poll_add(sqe, fd, POLLIN);
+	io_uring_sqe_set_data64(sqe, 1);
+	if (timeout_ns >= 0) {
+		ts.tv_sec = timeout_ns / 1000000000;
+		ts.tv_nsec = timeout_ns % 1000000000;
+		sqe->flags |= IOSQE_IO_LINK;
+		sqe = io_uring_get_sqe(&e->ring);
+		io_uring_prep_link_timeout(sqe, &ts, 0);
+		io_uring_sqe_set_data64(sqe, 2);
+	}
+	ret = io_uring_submit(&e->ring);
+	if (ret < 0)
+		return ret;
+	/* Reap until the poll's own completion is seen (the timeout's may follow). */
+	for (int pending = timeout_ns >= 0 ? 2 : 1; pending > 0; pending--) {
+		do {
+			ret = io_uring_wait_cqe(&e->ring, &cqe);
+		} while (ret == -EINTR);
+		if (ret < 0)
+			return ret;
+		if (io_uring_cqe_get_data64(cqe) == 1) {
+			got_poll = 1;
+			res = cqe->res;
+		}
+		io_uring_cqe_seen(&e->ring, cqe);
+	}
+	if (!got_poll)
+		return -EIO;
+	if (res == -ECANCELED)
+		return 0;
+	if (res < 0)
+		return res;
+	return 1;
+}

@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: MIT */
+/* Endpoint layer internals shared by the core and the transports. */
+#ifndef WSD_PROVIDER_INTERNAL_H
+#define WSD_PROVIDER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "wsd/nd.h"
+#include "provider/engine.h"
+
+#define WSD_HIDDEN __attribute__((visibility("hidden")))
+
+struct nd_transport;
+
+/*
+ * One mutex per adapter guards every object made from it.  The data path
+ * holds it only for bookkeeping, never across a sleep, and a single lock
+ * means no lock order to get wrong between endpoints and CQs.
+ */
+struct nd_adapter {
+	pthread_mutex_t lock;
+	const struct nd_transport *tp;
+	struct nd_adapter_info info;
+	unsigned nobjects;             /* CQs, MRs, MWs, EPs, listeners alive */
+	struct nd_ep *eps;             /* all endpoints */
+	/* counters */
+	uint64_t refused_access;       /* connection requests refused: no ptrace */
+};
+
+struct nd_cq {
+	struct nd_adapter *ad;
+	struct nd_result *ring;
+	uint32_t depth, head, count;
+	int efd;                       /* doorbell: peers and local progress */
+	int epfd;                      /* efd + endpoints' liveness fds */
+	struct wsd_engine engine;
+	enum nd_cq_notify_type armed;  /* 0 when not armed */
+	bool fired;
+	_Atomic uint32_t sleeping;     /* a thread is in nd_cq_wait's sleep */
+};
+
+struct nd_mr {
+	struct nd_adapter *ad;
+	uintptr_t addr;
+	size_t length;
+	uint32_t flags;
+	bool valid;                    /* false after a read with local invalidate */
+	unsigned windows;              /* windows bound into it */
+};
+
+struct nd_mw {
+	struct nd_adapter *ad;
+	struct nd_ep *ep;              /* endpoint it is bound on, or NULL */
+	struct nd_mr *mr;
+	uint32_t slot;
+	void *bind_context;
+	struct nd_mw_descriptor desc;
+};
+
+enum ep_state {
+	EP_IDLE,
+	EP_CONNECTED,
+	EP_TERMINATED,                 /* error or disconnect; requests flushed */
+};
+
+/* An outbound work request: the caller's SGL is copied in at post time. */
+struct nd_wr {
+	enum nd_op op;
+	uint32_t flags;
+	void *context;
+	uint32_t nsge;
+	uint64_t length;               /* sum of the SGEs */
+	uint64_t remote_addr;          /* read/write target address */
+	uint64_t remote_token;
+	struct nd_mw *mw;              /* bind, invalidate */
+	struct nd_mr *mr;              /* bind */
+	uint64_t bind_length;
+	uint32_t bind_flags;
+	/* progress */
+	nd_status status;
+	uint64_t done;                 /* bytes moved so far */
+	uint64_t ring_start;           /* send: where its message starts in the ring */
+	uint64_t ring_end;             /* send: ring position when fully consumed */
+	bool started;                  /* send: header written */
+	bool executed;
+	bool deferred;
+	struct nd_sge *sgl;            /* points into the endpoint's SGE pool */
+};
+
+struct nd_rwr {
+	void *context;
+	uint32_t nsge;
+	uint64_t length;
+	struct nd_sge *sgl;
+};
+
+struct nd_ep {
+	struct nd_adapter *ad;
+	struct nd_ep *next;            /* adapter's list */
+	struct nd_ep_attr attr;
+	enum ep_state state;
+	/* outbound queue: [sq_done, sq_exec) executed, [sq_exec, sq_tail) waiting */
+	struct nd_wr *sq;
+	struct nd_sge *sq_sge;
+	uint64_t sq_done, sq_exec, sq_tail;
+	/* inbound queue */
+	struct nd_rwr *rq;
+	struct nd_sge *rq_sge;
+	uint64_t rq_head, rq_tail;
+	unsigned windows_bound;
+	unsigned char peer_data[256];
+	size_t peer_len;
+	void *tpriv;                   /* the transport's connection state */
+};
+
+struct nd_listener {
+	struct nd_adapter *ad;
+	void *tpriv;
+};
+
+struct nd_conn_request {
+	struct nd_adapter *ad;
+	unsigned char data[256];
+	size_t len;
+	void *tpriv;
+};
+
+/*
+ * A transport: a capability table and an ops table.  Every op is filled;
+ * an op a transport lacks points at nd_tp_unsupported_* and yields
+ * -EOPNOTSUPP.  Ops return >= 0 or -errno, except where they say.
+ * The adapter lock is held around every op except listen_get, connect and
+ * accept (which block).
+ */
+struct nd_transport {
+	const char *name;
+	struct nd_adapter_info caps;
+	int (*listen)(struct nd_listener *l, const struct sockaddr *addr, socklen_t len,
+		      int backlog);
+	void (*listen_close)(struct nd_listener *l);
+	/* returns 0, -ETIMEDOUT, or -errno; fills req */
+	int (*listen_get)(struct nd_listener *l, int timeout_ms, struct nd_conn_request *req);
+	void (*request_reject)(struct nd_conn_request *req);
+	/* return an nd_status (setup has more outcomes than errno says well) */
+	nd_status (*connect)(struct nd_ep *ep, const struct sockaddr *addr, socklen_t len,
+			     const void *priv, size_t plen, int timeout_ms);
+	nd_status (*accept)(struct nd_ep *ep, struct nd_conn_request *req,
+			    const void *priv, size_t plen, int timeout_ms);
+	/* tell the peer the connection is over; called once, on terminate */
+	void (*disconnect)(struct nd_ep *ep);
+	void (*ep_free)(struct nd_ep *ep);
+	/* move data: run outbound requests, consume inbound messages */
+	void (*progress)(struct nd_ep *ep);
+	/*
+	 * Prepare to sleep on the CQ: ask the peer for a doorbell and report
+	 * whether work is already there (1) or sleeping is safe (0).
+	 */
+	int (*arm)(struct nd_ep *ep, struct nd_cq *cq);
+	/* does the peer's table hold a live window covering [addr, addr+len)? */
+	nd_status (*remote_check)(struct nd_ep *ep, uint64_t addr, uint64_t len,
+				  uint64_t token, uint32_t access);
+};
+
+WSD_HIDDEN extern const struct nd_transport wsd_transport_shm;
+WSD_HIDDEN const struct nd_transport *wsd_transport_find(const char *name);
+
+/* status.c: -errno to nd_status, in one table */
+WSD_HIDDEN nd_status wsd_nd_from_errno(int err);
+
+/* ep.c: helpers the transports use (adapter lock held) */
+WSD_HIDDEN void wsd_cq_push(struct nd_cq *cq, const struct nd_result *r);
+WSD_HIDDEN bool wsd_cq_full(const struct nd_cq *cq);
+WSD_HIDDEN void wsd_ep_terminate(struct nd_ep *ep);
+WSD_HIDDEN void wsd_ep_drain(struct nd_ep *ep);
+WSD_HIDDEN void wsd_mw_unbind(struct nd_mw *mw);
+WSD_HIDDEN nd_status wsd_sge_check(const struct nd_sge *sge, uint32_t need);
+WSD_HIDDEN void wsd_sge_to_iov(const struct nd_sge *sgl, uint32_t nsge, struct iovec *iov);
+WSD_HIDDEN void wsd_mr_local_invalidate(struct nd_mr *mr);
+WSD_HIDDEN int wsd_cq_attach(struct nd_cq *cq, int fd);
+WSD_HIDDEN void wsd_cq_detach(struct nd_cq *cq, int fd);
+WSD_HIDDEN void wsd_cq_kick(struct nd_cq *cq);
+
+/* params.c: WSD_* runtime parameters */
+struct wsd_param {
+	const char *name;
+	const char *type;
+	const char *def;
+	const char *help;
+};
+WSD_HIDDEN const struct wsd_param *wsd_params(size_t *count);
+WSD_HIDDEN long wsd_param_long(const char *name);
+WSD_HIDDEN const char *wsd_param_str(const char *name);
+
+#endif

@@ -1,0 +1,570 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm data path, run under the adapter lock from whichever thread posts or
+ * polls.  Outbound requests execute in order: sends stream into our ring,
+ * reads and writes copy with process_vm_readv/writev, binds and
+ * invalidates edit our window table.  A send's result waits until the peer
+ * has consumed it, so the peer's verdict (overflow, bad window) reaches us.
+ *
+ * Doorbells: a side about to sleep sets an armed flag and re-checks; the
+ * other side, after publishing, checks the flag and writes the sleeper's
+ * eventfd.  Both sides put a full fence between the two steps, so one of
+ * them always sees the other.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "provider/shm/shm.h"
+
+#define MSG_ALIGN 16u
+
+static inline uint64_t pad16(uint64_t n)
+{
+	return (n + MSG_ALIGN - 1) & ~(uint64_t)(MSG_ALIGN - 1);
+}
+
+static void ring_bell(_Atomic uint32_t *armed, int efd)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(armed, memory_order_relaxed) &&
+	    atomic_exchange(armed, 0))
+		(void)eventfd_write(efd, 1);
+}
+
+/* Copy between an SGL (at byte offset off) and a ring (at position pos). */
+static void ring_copy(uint8_t *ring, uint32_t size, uint64_t pos, const struct nd_sge *sgl,
+		      uint32_t nsge, uint64_t off, uint64_t n, int to_ring)
+{
+	uint32_t i = 0;
+
+	while (i < nsge && off >= sgl[i].length) {
+		off -= sgl[i].length;
+		i++;
+	}
+	while (n) {
+		uint8_t *p = (uint8_t *)sgl[i].addr + off;
+		uint64_t chunk = sgl[i].length - off;
+		uint32_t at = (uint32_t)(pos & (size - 1));
+
+		if (chunk > n)
+			chunk = n;
+		if (chunk > size - at)
+			chunk = size - at;
+		if (to_ring)
+			memcpy(ring + at, p, chunk);
+		else
+			memcpy(p, ring + at, chunk);
+		pos += chunk;
+		off += chunk;
+		n -= chunk;
+		if (off == sgl[i].length) {
+			off = 0;
+			i++;
+		}
+	}
+}
+
+static nd_status sgl_check(const struct nd_sge *sgl, uint32_t nsge, uint32_t need)
+{
+	for (uint32_t i = 0; i < nsge; i++) {
+		nd_status st = wsd_sge_check(&sgl[i], need);
+
+		if (st != ND_SUCCESS)
+			return st;
+	}
+	return ND_SUCCESS;
+}
+
+/* Fail a request: it carries the status, the connection ends. */
+static void wr_fail(struct nd_ep *ep, struct nd_wr *wr, nd_status st)
+{
+	wr->status = st;
+	wr->executed = true;
+	wsd_ep_terminate(ep);
+}
+
+/* ---- windows ----------------------------------------------------------- */
+
+static int window_slot_free(struct shm_conn *c)
+{
+	for (uint32_t i = 0; i < c->tx->nwindows; i++)
+		if (!c->mws[i])
+			return (int)i;
+	return -1;
+}
+
+static void window_write(struct shm_window *w, uint64_t token, uint64_t base, uint64_t len,
+			 uint32_t access)
+{
+	uint64_t s = atomic_load_explicit(&w->seq, memory_order_relaxed);
+
+	atomic_store_explicit(&w->seq, s + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	w->token = token;
+	w->base = base;
+	w->length = len;
+	w->access = access;
+	atomic_store_explicit(&w->seq, s + 2, memory_order_release);
+}
+
+struct win_snap {
+	uint64_t seq, token, base, length;
+	uint32_t access;
+	struct shm_window *w;
+};
+
+/* Find a live window of the peer by token; 0 if found. */
+static int window_find(struct shm_conn *c, uint64_t token, struct win_snap *out)
+{
+	uint32_t n = c->rx->nwindows;
+
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = (c->last_slot + k) % n;
+		struct shm_window *w = &c->rx->windows[i];
+		struct win_snap s;
+
+		do {
+			s.seq = atomic_load_explicit(&w->seq, memory_order_acquire);
+			s.token = w->token;
+			s.base = w->base;
+			s.length = w->length;
+			s.access = w->access;
+			atomic_thread_fence(memory_order_acquire);
+		} while ((s.seq & 1) || s.seq != atomic_load_explicit(&w->seq, memory_order_relaxed));
+		if (s.access && s.token == token) {
+			s.w = w;
+			*out = s;
+			c->last_slot = i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+nd_status shm_remote_check(struct nd_ep *ep, uint64_t addr, uint64_t len, uint64_t token,
+			   uint32_t access)
+{
+	struct win_snap s;
+
+	(void)access;
+	if (window_find(ep->tpriv, token, &s) < 0)
+		return ND_SUCCESS;   /* dead window: the request fails when it runs */
+	if (addr < s.base || addr - s.base > s.length || len > s.length - (addr - s.base))
+		return ND_REMOTE_ERROR;
+	return ND_SUCCESS;
+}
+
+static void mw_revoke(struct shm_conn *c, struct nd_mw *mw)
+{
+	window_write(&c->tx->windows[mw->slot], 0, 0, 0, 0);
+	c->mws[mw->slot] = NULL;
+	wsd_mw_unbind(mw);
+}
+
+/* ---- outbound ---------------------------------------------------------- */
+
+/* Is the peer process still there?  pidfd turns readable when it exits. */
+static int peer_alive(struct shm_conn *c)
+{
+	struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
+}
+
+static void exec_rdma(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
+{
+	uint32_t need = wr->op == ND_OP_READ ? ND_OP_FLAG_ALLOW_READ : ND_OP_FLAG_ALLOW_WRITE;
+	struct iovec liov[32], riov;
+	struct win_snap s;
+	nd_status st;
+	uint64_t off;
+
+	st = sgl_check(wr->sgl, wr->nsge,
+		       wr->op == ND_OP_READ ? ND_MR_FLAG_ALLOW_LOCAL_WRITE : 0);
+	if (st != ND_SUCCESS)
+		return wr_fail(ep, wr, st);
+	if (!c->peer_read_limit)
+		return wr_fail(ep, wr, ND_INVALID_REQUEST);
+	if (window_find(c, wr->remote_token, &s) < 0 || !(s.access & need))
+		return wr_fail(ep, wr, ND_ACCESS_VIOLATION);
+	if (wr->remote_addr < s.base || wr->remote_addr - s.base > s.length ||
+	    wr->length > s.length - (wr->remote_addr - s.base))
+		return wr_fail(ep, wr, ND_REMOTE_ERROR);
+	if (!peer_alive(c))
+		return wr_fail(ep, wr, ND_TIMEOUT);
+	wsd_sge_to_iov(wr->sgl, wr->nsge, liov);
+	off = 0;
+	while (off < wr->length) {
+		struct iovec l[32];
+		uint32_t n = 0;
+		uint64_t skip = off;
+		ssize_t got;
+
+		/* the part of the SGL not yet moved */
+		for (uint32_t i = 0; i < wr->nsge; i++) {
+			if (skip >= liov[i].iov_len) {
+				skip -= liov[i].iov_len;
+				continue;
+			}
+			l[n].iov_base = (uint8_t *)liov[i].iov_base + skip;
+			l[n].iov_len = liov[i].iov_len - skip;
+			skip = 0;
+			n++;
+		}
+		riov.iov_base = (void *)(uintptr_t)(wr->remote_addr + off);
+		riov.iov_len = wr->length - off;
+		if (wr->op == ND_OP_READ)
+			got = process_vm_readv(c->peer_pid, l, n, &riov, 1, 0);
+		else
+			got = process_vm_writev(c->peer_pid, l, n, &riov, 1, 0);
+		if (got <= 0)
+			return wr_fail(ep, wr, got < 0 && errno == ESRCH ? ND_TIMEOUT : ND_FAILURE);
+		off += (uint64_t)got;
+	}
+	/* The owner may have invalidated or died while we copied. */
+	if (atomic_load_explicit(&s.w->seq, memory_order_acquire) != s.seq)
+		return wr_fail(ep, wr, ND_ACCESS_VIOLATION);
+	if (!peer_alive(c))
+		return wr_fail(ep, wr, ND_TIMEOUT);
+	if (wr->op == ND_OP_READ && (wr->flags & ND_OP_FLAG_RDMA_READ_LOCAL_INVALIDATE) &&
+	    wr->nsge)
+		wsd_mr_local_invalidate(wr->sgl[0].mr);
+	wr->done = wr->length;
+	wr->status = ND_SUCCESS;
+	wr->executed = true;
+}
+
+/* Stream as much of a send as the ring takes.  1 when all of it is in. */
+static int exec_send(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
+{
+	struct shm_half *h = c->tx;
+	uint32_t size = h->ring_size;
+	uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
+	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+	uint64_t space = size - (head - tail), n;
+
+	if (!wr->started) {
+		struct shm_msg m = { .len = (uint32_t)wr->length, .op = (uint16_t)wr->op,
+				     .flags = (uint16_t)(wr->flags & ND_OP_FLAG_SEND_AND_SOLICIT_EVENT),
+				     .token = wr->remote_token };
+		nd_status st = sgl_check(wr->sgl, wr->nsge, 0);
+
+		if (st != ND_SUCCESS) {
+			wr_fail(ep, wr, st);
+			return 1;
+		}
+		if (space < sizeof(m))
+			return 0;
+		memcpy(c->tx_ring + (head & (size - 1)), &m, sizeof(m));
+		wr->ring_start = head;
+		wr->started = true;
+		head += sizeof(m);
+		space -= sizeof(m);
+	}
+	n = wr->length - wr->done;
+	if (n > space)
+		n = space;
+	if (n) {
+		ring_copy(c->tx_ring, size, head, wr->sgl, wr->nsge, wr->done, n, 1);
+		head += n;
+		wr->done += n;
+	}
+	if (wr->done == wr->length) {
+		uint64_t end = wr->ring_start + pad16(sizeof(struct shm_msg) + wr->length);
+
+		if (end - tail > size) {
+			/* room for the data but not yet for the padding */
+			atomic_store_explicit(&h->head, head, memory_order_release);
+			ring_bell(&h->cons_armed, c->peer_in_efd);
+			return 0;
+		}
+		head = end;
+		wr->ring_end = end;
+	}
+	atomic_store_explicit(&h->head, head, memory_order_release);
+	ring_bell(&h->cons_armed, c->peer_in_efd);
+	return wr->done == wr->length;
+}
+
+static void exec_bind(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
+{
+	int slot = window_slot_free(c);
+	struct nd_mw *mw = wr->mw;
+
+	if (slot < 0)
+		return wr_fail(ep, wr, ND_INSUFFICIENT_RESOURCES);
+	mw->slot = (uint32_t)slot;
+	c->mws[slot] = mw;
+	window_write(&c->tx->windows[slot], mw->desc.token, mw->desc.base, mw->desc.length,
+		     wr->bind_flags);
+	wr->status = ND_SUCCESS;
+	wr->executed = true;
+}
+
+static void run_outbound(struct nd_ep *ep, struct shm_conn *c)
+{
+	while (ep->state == EP_CONNECTED && ep->sq_exec < ep->sq_tail) {
+		struct nd_wr *wr = &ep->sq[ep->sq_exec % ep->attr.outbound_entries];
+
+		if (wr->deferred)
+			break;
+		switch (wr->op) {
+		case ND_OP_SEND:
+		case ND_OP_SEND_INVALIDATE:
+			if (!exec_send(ep, c, wr))
+				return;
+			break;
+		case ND_OP_READ:
+		case ND_OP_WRITE:
+			exec_rdma(ep, c, wr);
+			break;
+		case ND_OP_BIND:
+			exec_bind(ep, c, wr);
+			break;
+		case ND_OP_INVALIDATE:
+			if (wr->mw->ep == ep)
+				mw_revoke(c, wr->mw);
+			wr->status = ND_SUCCESS;
+			wr->executed = true;
+			break;
+		default:
+			wr_fail(ep, wr, ND_INVALID_PARAMETER);
+		}
+		if (ep->state == EP_CONNECTED)
+			ep->sq_exec++;
+	}
+}
+
+/* Sends the peer has consumed are done; the peer's verdict decides how. */
+static void reap_sends(struct nd_ep *ep, struct shm_conn *c)
+{
+	uint64_t tail = atomic_load_explicit(&c->tx->tail, memory_order_acquire);
+	uint32_t fail = atomic_load_explicit(&c->tx->fail_status, memory_order_acquire);
+	uint64_t fail_pos = atomic_load_explicit(&c->tx->fail_pos, memory_order_relaxed);
+
+	for (uint64_t i = ep->sq_done; i < ep->sq_exec; i++) {
+		struct nd_wr *wr = &ep->sq[i % ep->attr.outbound_entries];
+
+		if (wr->executed)
+			continue;
+		if (fail && wr->ring_start == fail_pos) {
+			wr_fail(ep, wr, (nd_status)fail);
+			return;
+		}
+		if (tail < wr->ring_end)
+			return;
+		wr->status = ND_SUCCESS;
+		wr->executed = true;
+	}
+}
+
+/* ---- inbound ----------------------------------------------------------- */
+
+/* Tell the peer its message at pos failed, and end the connection. */
+static void rx_fail(struct nd_ep *ep, struct shm_conn *c, nd_status peer_status)
+{
+	atomic_store_explicit(&c->rx->fail_pos, c->cur_start, memory_order_relaxed);
+	atomic_store_explicit(&c->rx->fail_status, peer_status, memory_order_release);
+	wsd_ep_terminate(ep);
+}
+
+static void push_recv(struct nd_ep *ep, nd_status st, uint64_t bytes, uint32_t flags)
+{
+	struct nd_rwr *rw = &ep->rq[ep->rq_head % ep->attr.inbound_entries];
+	struct nd_result r = { .status = st, .op = ND_OP_RECEIVE, .bytes = bytes,
+			       .request_context = rw->context, .flags = flags };
+
+	wsd_cq_push(ep->attr.inbound_cq, &r);
+	ep->rq_head++;
+}
+
+/* Apply a send-and-invalidate to our own table.  The two results go in order. */
+static int rx_invalidate(struct nd_ep *ep, struct shm_conn *c)
+{
+	struct nd_result r = { .op = ND_OP_REMOTE_INVALIDATE };
+
+	for (uint32_t i = 0; i < c->tx->nwindows; i++) {
+		struct nd_mw *mw = c->mws[i];
+
+		if (mw && mw->desc.token == c->cur.token) {
+			r.status = ND_SUCCESS;
+			r.request_context = mw->bind_context;
+			mw_revoke(c, mw);
+			wsd_cq_push(ep->attr.inbound_cq, &r);
+			return 0;
+		}
+	}
+	r.status = ND_INVALIDATION_ERROR;
+	wsd_cq_push(ep->attr.inbound_cq, &r);
+	return -1;
+}
+
+static void run_inbound(struct nd_ep *ep, struct shm_conn *c)
+{
+	struct shm_half *h = c->rx;
+	uint32_t size = h->ring_size;
+	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
+	uint64_t start_tail = tail;
+
+	while (ep->state == EP_CONNECTED) {
+		uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+		uint64_t avail = head - tail, n;
+		struct nd_rwr *rw;
+
+		if (!c->in_msg) {
+			nd_status st;
+
+			if (avail < sizeof(struct shm_msg))
+				break;
+			/* Room for the invalidate result and the receive's. */
+			if (ep->rq_head == ep->rq_tail ||
+			    ep->attr.inbound_cq->depth - ep->attr.inbound_cq->count < 2)
+				break;
+			memcpy(&c->cur, c->rx_ring + (tail & (size - 1)), sizeof(c->cur));
+			c->cur_start = tail;
+			c->cur_done = 0;
+			rw = &ep->rq[ep->rq_head % ep->attr.inbound_entries];
+			st = sgl_check(rw->sgl, rw->nsge, ND_MR_FLAG_ALLOW_LOCAL_WRITE);
+			if (st == ND_SUCCESS && c->cur.len > rw->length)
+				st = ND_BUFFER_OVERFLOW;
+			if (st == ND_SUCCESS && c->cur.op != ND_OP_SEND &&
+			    c->cur.op != ND_OP_SEND_INVALIDATE)
+				st = ND_INVALID_REQUEST;
+			if (st != ND_SUCCESS) {
+				push_recv(ep, st, 0, 0);
+				rx_fail(ep, c, ND_REMOTE_ERROR);
+				break;
+			}
+			tail += sizeof(struct shm_msg);
+			avail -= sizeof(struct shm_msg);
+			c->in_msg = 1;
+		}
+		rw = &ep->rq[ep->rq_head % ep->attr.inbound_entries];
+		n = c->cur.len - c->cur_done;
+		if (n > avail)
+			n = avail;
+		if (n) {
+			ring_copy(c->rx_ring, size, tail, rw->sgl, rw->nsge, c->cur_done, n, 0);
+			c->cur_done += n;
+			tail += n;
+		}
+		if (c->cur_done < c->cur.len)
+			break;
+		{
+			uint64_t end = c->cur_start + pad16(sizeof(struct shm_msg) + c->cur.len);
+			uint32_t fl = (c->cur.flags & ND_OP_FLAG_SEND_AND_SOLICIT_EVENT) ?
+				      ND_RESULT_FLAG_SOLICITED : 0;
+
+			if (head < end)
+				break;      /* padding not published yet */
+			tail = end;
+			c->in_msg = 0;
+			if (c->cur.op == ND_OP_SEND_INVALIDATE && rx_invalidate(ep, c) < 0) {
+				push_recv(ep, ND_INVALIDATION_ERROR, c->cur.len, fl);
+				rx_fail(ep, c, ND_REMOTE_ERROR);
+				break;
+			}
+			push_recv(ep, ND_SUCCESS, c->cur.len, fl);
+		}
+	}
+	if (tail != start_tail) {
+		atomic_store_explicit(&h->tail, tail, memory_order_release);
+		ring_bell(&h->prod_armed, c->peer_out_efd);
+	}
+}
+
+void shm_progress(struct nd_ep *ep)
+{
+	struct shm_conn *c = ep->tpriv;
+
+	if (ep->state != EP_CONNECTED)
+		return;
+	if (atomic_load_explicit(&c->rx->closed, memory_order_acquire)) {
+		/* Take what the peer sent before it left, then end. */
+		run_inbound(ep, c);
+		reap_sends(ep, c);
+		wsd_ep_terminate(ep);
+		return;
+	}
+	reap_sends(ep, c);
+	run_outbound(ep, c);
+	run_inbound(ep, c);
+	reap_sends(ep, c);
+}
+
+/* Is the peer gone without saying so (killed)?  Its socket reads EOF. */
+static int peer_vanished(struct shm_conn *c)
+{
+	char b;
+	ssize_t n = recv(c->sock, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* Could outbound progress be made now?  (The peer consumed, failed, or made room.) */
+static int outbound_ready(struct nd_ep *ep, struct shm_conn *c)
+{
+	uint64_t tail = atomic_load(&c->tx->tail);
+
+	if (atomic_load(&c->tx->fail_status))
+		return 1;
+	for (uint64_t i = ep->sq_done; i < ep->sq_exec; i++) {
+		struct nd_wr *wr = &ep->sq[i % ep->attr.outbound_entries];
+
+		if (!wr->executed)
+			return tail >= wr->ring_end;
+	}
+	if (ep->sq_exec < ep->sq_tail && !ep->sq[ep->sq_exec % ep->attr.outbound_entries].deferred)
+		return atomic_load(&c->tx->head) - tail + MSG_ALIGN <= c->tx->ring_size;
+	return 0;
+}
+
+int shm_arm(struct nd_ep *ep, struct nd_cq *cq)
+{
+	struct shm_conn *c = ep->tpriv;
+	int busy = 0;
+
+	if (ep->state != EP_CONNECTED)
+		return 0;
+	if (peer_vanished(c)) {
+		wsd_ep_terminate(ep);
+		return 1;
+	}
+	if (ep->attr.inbound_cq == cq)
+		atomic_store(&c->rx->cons_armed, 1);
+	if (ep->attr.outbound_cq == cq)
+		atomic_store(&c->tx->prod_armed, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(&c->rx->closed))
+		busy = 1;
+	if (ep->attr.inbound_cq == cq &&
+	    atomic_load(&c->rx->head) != atomic_load(&c->rx->tail) &&
+	    ep->rq_head != ep->rq_tail)
+		busy = 1;
+	if (ep->attr.outbound_cq == cq && !busy)
+		busy = outbound_ready(ep, c);
+	return busy;
+}
+
+void shm_disconnect(struct nd_ep *ep)
+{
+	struct shm_conn *c = ep->tpriv;
+
+	if (!c)
+		return;
+	for (uint32_t i = 0; i < c->tx->nwindows; i++)
+		if (c->mws[i])
+			mw_revoke(c, c->mws[i]);
+	atomic_store_explicit(&c->tx->closed, 1, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	(void)eventfd_write(c->peer_in_efd, 1);
+	(void)eventfd_write(c->peer_out_efd, 1);
+	shutdown(c->sock, SHUT_RDWR);
+	wsd_cq_detach(ep->attr.inbound_cq, c->sock);
+	wsd_cq_detach(ep->attr.outbound_cq, c->sock);
+}

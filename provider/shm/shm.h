@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The same-host transport.  Two processes share one memfd holding two
+ * halves, one per direction.  A half belongs to the process that produces
+ * into its ring and owns its window table; the other process consumes the
+ * ring and reads the table.  Read and Write move data with
+ * process_vm_readv/writev after checking the owner's table.
+ */
+#ifndef WSD_PROVIDER_SHM_H
+#define WSD_PROVIDER_SHM_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "provider/internal.h"
+
+#define SHM_MAGIC 0x5753444eu  /* "WSDN" */
+#define SHM_VERSION 1
+#define SHM_PRIV_MAX 200
+
+/* A window as its owner publishes it.  seq is odd while being changed. */
+struct shm_window {
+	_Atomic uint64_t seq;
+	uint64_t token;
+	uint64_t base;
+	uint64_t length;
+	uint32_t access;          /* ND_OP_FLAG_ALLOW_*; 0 when unbound */
+	uint32_t pad;
+};
+
+struct shm_half {
+	alignas(64) _Atomic uint64_t head;   /* bytes produced */
+	alignas(64) _Atomic uint64_t tail;   /* bytes consumed */
+	alignas(64) _Atomic uint32_t cons_armed;  /* consumer sleeps: ring a bell on data */
+	_Atomic uint32_t prod_armed;         /* producer sleeps: ring a bell on consume */
+	_Atomic uint32_t closed;             /* owner ended the connection */
+	_Atomic uint32_t fail_status;        /* consumer: message at fail_pos failed */
+	_Atomic uint64_t fail_pos;
+	uint32_t ring_size;
+	uint32_t nwindows;
+	uint64_t ring_offset;                /* from the start of the half */
+	struct shm_window windows[];
+};
+
+/* Messages in a ring: a header, the payload, padding to 16 bytes. */
+struct shm_msg {
+	uint32_t len;
+	uint16_t op;                         /* ND_OP_SEND or ND_OP_SEND_INVALIDATE */
+	uint16_t flags;                      /* ND_OP_FLAG_SEND_AND_SOLICIT_EVENT */
+	uint64_t token;                      /* window to invalidate */
+};
+
+enum shm_ctl_type {
+	SHM_HELLO = 1,
+	SHM_ACCEPT,
+	SHM_REJECT,
+	SHM_RTU,
+	SHM_ABORT,
+};
+
+/* Control messages on the connection's unix socket. */
+struct shm_ctl {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t ring_size;
+	uint32_t nwindows;
+	uint64_t probe_addr;
+	uint32_t read_limit;
+	uint32_t reason;                     /* nd_status for REJECT */
+	uint32_t plen;
+	uint8_t priv[SHM_PRIV_MAX];
+};
+
+struct shm_conn {
+	int sock;                            /* liveness; EOF when the peer dies */
+	int pidfd;
+	pid_t peer_pid;
+	void *map;
+	size_t map_len;
+	struct shm_half *tx;                 /* mine: I produce, I own its windows */
+	struct shm_half *rx;                 /* the peer's */
+	uint8_t *tx_ring, *rx_ring;
+	int peer_in_efd, peer_out_efd;       /* the peer's CQ doorbells */
+	uint32_t peer_read_limit;
+	/* receive side */
+	int in_msg;
+	struct shm_msg cur;
+	uint64_t cur_start, cur_done;
+	/* my windows, by slot */
+	struct nd_mw **mws;
+	uint32_t last_slot;                  /* hint for the peer's table */
+};
+
+/* conn.c */
+WSD_HIDDEN size_t shm_half_size(uint32_t ring_size, uint32_t nwindows);
+WSD_HIDDEN void shm_conn_free(struct shm_conn *c);
+WSD_HIDDEN int shm_conn_map(struct shm_conn *c, int memfd, uint32_t ring_size,
+			    uint32_t nwindows, int side, int init);
+
+/* data.c */
+WSD_HIDDEN void shm_progress(struct nd_ep *ep);
+WSD_HIDDEN int shm_arm(struct nd_ep *ep, struct nd_cq *cq);
+WSD_HIDDEN void shm_disconnect(struct nd_ep *ep);
+WSD_HIDDEN int shm_mw_publish(struct nd_ep *ep, struct nd_mw *mw);
+WSD_HIDDEN void shm_mw_revoke(struct nd_ep *ep, struct nd_mw *mw);
+WSD_HIDDEN nd_status shm_remote_check(struct nd_ep *ep, uint64_t addr, uint64_t len,
+				      uint64_t token, uint32_t access);
+
+#endif

@@ -1,0 +1,7 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef WSD_CMD_H
+#define WSD_CMD_H
+
+int wsd_cmd_demo(int argc, char **argv);
+
+#endif

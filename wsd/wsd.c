@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/* The wsd command: info, demo (run, stat and bench come with the switch). */
+#include <stdio.h>
+#include <string.h>
+
+#include "provider/internal.h"
+#include "wsd/cmd.h"
+
+static int usage(FILE *f)
+{
+	fprintf(f, "usage: wsd info\n"
+		   "       wsd demo [--bytes N[K|M|G]] [--msg N[K|M]]\n"
+		   "see wsd(1)\n");
+	return f == stderr ? 2 : 0;
+}
+
+static int cmd_info(void)
+{
+	static const char *const names[] = { "shm" };
+	size_t n;
+	const struct wsd_param *p = wsd_params(&n);
+
+	printf("transports:\n");
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		struct nd_adapter *ad;
+		struct nd_adapter_info info;
+
+		if (nd_adapter_open(names[i], &ad) != ND_SUCCESS) {
+			printf("  %-6s unavailable\n", names[i]);
+			continue;
+		}
+		nd_adapter_query(ad, &info);
+		printf("  %-6s sge %u/%u  requests %u/%u  cq %u  max transfer %llu  windows %u"
+		       "  rdma threshold %llu%s\n", info.transport, info.max_outbound_sge,
+		       info.max_inbound_sge, info.max_outbound_requests,
+		       info.max_inbound_requests, info.max_cq_entries,
+		       (unsigned long long)info.max_transfer_length, info.max_windows,
+		       (unsigned long long)info.rdma_threshold,
+		       info.flags & ND_ADAPTER_FLAG_RDMA_READ_LOCAL_INVALIDATE_SUPPORTED ?
+		       "  read-local-invalidate" : "");
+		nd_adapter_close(ad);
+	}
+	printf("runtime parameters:\n");
+	for (size_t i = 0; i < n; i++)
+		printf("  %-18s %-7s default %-8s now %-8s %s\n", p[i].name, p[i].type, p[i].def,
+		       wsd_param_str(p[i].name), p[i].help);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage(stderr);
+	if (!strcmp(argv[1], "info"))
+		return cmd_info();
+	if (!strcmp(argv[1], "demo"))
+		return wsd_cmd_demo(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
+		return usage(stdout);
+	fprintf(stderr, "wsd: unknown command '%s'\n", argv[1]);
+	return usage(stderr);
+}
