@@ -152,6 +152,8 @@ nd_status nd_mw_create(struct nd_adapter *ad, struct nd_mw **out)
 
 	if (!ad || !out)
 		return ND_INVALID_PARAMETER;
+	if (!(ad->info.flags & ND_ADAPTER_FLAG_MEMORY_WINDOWS))
+		return ND_NOT_SUPPORTED;
 	mw = calloc(1, sizeof(*mw));
 	if (!mw)
 		return ND_NO_MEMORY;

@@ -147,6 +147,17 @@ int nd_cq_poll(struct nd_cq *cq, struct nd_result *results, int count)
 	return n;
 }
 
+/* Lock held.  Ask every peer for a doorbell; 1 if work turned up meanwhile. */
+static int cq_arm(struct nd_cq *cq)
+{
+	int busy = 0;
+
+	for (struct nd_ep *ep = cq->ad->eps; ep; ep = ep->next)
+		if (ep->attr.inbound_cq == cq || ep->attr.outbound_cq == cq)
+			busy |= cq->ad->tp->arm(ep, cq);
+	return busy;
+}
+
 nd_status nd_cq_notify(struct nd_cq *cq, enum nd_cq_notify_type type)
 {
 	if (!cq || (type != ND_CQ_NOTIFY_ANY && type != ND_CQ_NOTIFY_SOLICITED))
@@ -154,6 +165,9 @@ nd_status nd_cq_notify(struct nd_cq *cq, enum nd_cq_notify_type type)
 	pthread_mutex_lock(&cq->ad->lock);
 	cq->armed = type;
 	cq->fired = false;
+	/* Ask the peers for doorbells so nd_cq_fd turns readable on news. */
+	if (cq_arm(cq))
+		(void)eventfd_write(cq->efd, 1);
 	pthread_mutex_unlock(&cq->ad->lock);
 	return ND_SUCCESS;
 }
@@ -180,17 +194,6 @@ static bool cq_fired(struct nd_cq *cq)
 		return true;
 	}
 	return false;
-}
-
-/* Lock held.  Ask every peer for a doorbell; 1 if work turned up meanwhile. */
-static int cq_arm(struct nd_cq *cq)
-{
-	int busy = 0;
-
-	for (struct nd_ep *ep = cq->ad->eps; ep; ep = ep->next)
-		if (ep->attr.inbound_cq == cq || ep->attr.outbound_cq == cq)
-			busy |= cq->ad->tp->arm(ep, cq);
-	return busy;
 }
 
 nd_status nd_cq_wait(struct nd_cq *cq, int timeout_ms)

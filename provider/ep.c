@@ -187,6 +187,8 @@ nd_status nd_ep_peer_data(struct nd_ep *ep, void *buf, size_t *len)
 
 	if (!ep || !len || (!buf && *len))
 		return ND_INVALID_PARAMETER;
+	if (ep->state == EP_IDLE)
+		return ND_CONNECTION_INVALID;
 	have = *len;
 	*len = ep->peer_len;
 	if (have < ep->peer_len)
@@ -440,8 +442,10 @@ nd_status nd_ep_bind(struct nd_ep *ep, void *context, struct nd_mr *mr, struct n
 		st = ND_CONNECTION_INVALID;
 	} else if (mw->ep) {
 		st = ND_DEVICE_BUSY;
+	} else if (length > ep->ad->info.max_window_size) {
+		st = ND_INVALID_PARAMETER;
 	} else if (!mr->valid || a < mr->addr || length > mr->length ||
-		   a - mr->addr > mr->length - length || length > ep->ad->info.max_window_size ||
+		   a - mr->addr > mr->length - length ||
 		   ((flags & ND_OP_FLAG_ALLOW_READ) && !(mr->flags & ND_MR_FLAG_ALLOW_REMOTE_READ)) ||
 		   ((flags & ND_OP_FLAG_ALLOW_WRITE) && !(mr->flags & ND_MR_FLAG_ALLOW_REMOTE_WRITE))) {
 		st = ND_ACCESS_VIOLATION;

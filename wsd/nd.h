@@ -3,7 +3,8 @@
  * wsd endpoint layer: NetworkDirect-style adapters, completion queues,
  * memory regions and windows, and connected endpoints.
  *
- * Every call returns an nd_status.  Requests (send, receive, read, write,
+ * Calls return an nd_status (nd_cq_poll a count, nd_cq_fd a descriptor,
+ * nd_strstatus a name).  Requests (send, receive, read, write,
  * bind, invalidate) are posted and complete later into a completion queue
  * as a struct nd_result carrying the caller's context pointer.
  * The contract of each call is in its man page (nd_adapter_open(3), ...).
@@ -23,7 +24,7 @@ extern "C" {
 
 typedef enum nd_status {
 	ND_SUCCESS = 0,
-	ND_PENDING,             /* request accepted, result comes later */
+	ND_PENDING,             /* reserved for overlapped calls of the SPI */
 	ND_TIMEOUT,             /* wait expired, or the peer stopped answering */
 	ND_CANCELED,            /* flushed: endpoint disconnected or terminated */
 	ND_BUFFER_OVERFLOW,     /* too much data for the buffer or the adapter */
@@ -80,8 +81,8 @@ enum nd_op {
 	ND_OP_READ,
 	ND_OP_WRITE,
 	ND_OP_BIND,
-	ND_OP_INVALIDATE,        /* local Invalidate, or the peer's send-and-invalidate */
-	ND_OP_REMOTE_INVALIDATE
+	ND_OP_INVALIDATE,        /* nd_ep_invalidate of one's own window */
+	ND_OP_REMOTE_INVALIDATE  /* the peer's send-and-invalidate hit our window */
 };
 
 /* ---- objects ----------------------------------------------------------- */

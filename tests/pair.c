@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/pair.h"
+
+int t_is_peer;
+uint32_t t_cq_depth = 256;
+
+const char *t_transport(void)
+{
+	const char *t = getenv("WSD_TEST_TRANSPORT");
+
+	return t && *t ? t : "shm";
+}
+
+uint16_t t_port(void)
+{
+	static unsigned n;
+
+	return (uint16_t)(20000 + (getpid() * 7 + n++) % 30000);
+}
+
+static struct nd_ep_attr defaults(const struct nd_ep_attr *a)
+{
+	struct nd_ep_attr d = { .inbound_entries = 64, .outbound_entries = 64,
+				.inbound_sge = 4, .outbound_sge = 4, .inbound_read_limit = 4 };
+
+	if (a) {
+		if (a->inbound_entries) d.inbound_entries = a->inbound_entries;
+		if (a->outbound_entries) d.outbound_entries = a->outbound_entries;
+		if (a->inbound_sge) d.inbound_sge = a->inbound_sge;
+		if (a->outbound_sge) d.outbound_sge = a->outbound_sge;
+		d.inbound_read_limit = a->inbound_read_limit;
+	}
+	return d;
+}
+
+static int side_setup(struct tside *s, const struct nd_ep_attr *attr)
+{
+	struct nd_ep_attr a = defaults(attr);
+
+	if (nd_adapter_open(t_transport(), &s->ad) != ND_SUCCESS ||
+	    nd_cq_create(s->ad, t_cq_depth, &s->icq) != ND_SUCCESS ||
+	    nd_cq_create(s->ad, t_cq_depth, &s->ocq) != ND_SUCCESS)
+		return -1;
+	a.inbound_cq = s->icq;
+	a.outbound_cq = s->ocq;
+	if (nd_ep_create(s->ad, &a, &s->ep) != ND_SUCCESS)
+		return -1;
+	s->buf = aligned_alloc(4096, TBUF);
+	if (!s->buf)
+		return -1;
+	memset(s->buf, 0, TBUF);
+	return nd_mr_register(s->ad, s->buf, TBUF, ND_MR_FLAG_ALLOW_LOCAL_WRITE |
+			      ND_MR_FLAG_ALLOW_REMOTE_READ | ND_MR_FLAG_ALLOW_REMOTE_WRITE,
+			      &s->mr) == ND_SUCCESS ? 0 : -1;
+}
+
+void tside_open(struct tside *s, const struct nd_ep_attr *attr)
+{
+	memset(s, 0, sizeof(*s));
+	s->oob_in = s->oob_out = -1;
+	ck_assert_msg(side_setup(s, attr) == 0, "side setup failed on %s", t_transport());
+}
+
+void tside_close(struct tside *s)
+{
+	/* Best effort: a test may have left the endpoint in any state. */
+	if (s->ep && nd_ep_destroy(s->ep) == ND_SUCCESS)
+		s->ep = NULL;
+	if (s->mr && nd_mr_deregister(s->mr) == ND_SUCCESS)
+		s->mr = NULL;
+	if (!s->ep) {
+		nd_cq_destroy(s->icq);
+		nd_cq_destroy(s->ocq);
+		nd_adapter_close(s->ad);
+	}
+	free(s->buf);
+}
+
+void oob_send(struct tside *s, const void *p, size_t n)
+{
+	if (write(s->oob_out, p, n) != (ssize_t)n) {
+		fprintf(stderr, "oob write failed\n");
+		_exit(99);
+	}
+}
+
+void oob_recv(struct tside *s, void *p, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = read(s->oob_in, (char *)p + got, n - got);
+
+		if (r <= 0) {
+			fprintf(stderr, "oob read failed (peer gone?)\n");
+			_exit(98);
+		}
+		got += (size_t)r;
+	}
+}
+
+void oob_sync(struct tside *s)
+{
+	char c = 's';
+
+	oob_send(s, &c, 1);
+	oob_recv(s, &c, 1);
+}
+
+static int peer_main(struct tside *s, const struct nd_ep_attr *attr, uint16_t port, peer_fn fn,
+		     void *arg)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_ANY) };
+	struct nd_listener *l;
+	struct nd_conn_request *req;
+	char ok = 'L';
+	nd_status st;
+
+	t_is_peer = 1;
+	if (side_setup(s, attr) < 0)
+		return 90;
+	st = nd_listen(s->ad, (struct sockaddr *)&sa, sizeof(sa), 4, &l);
+	if (st != ND_SUCCESS) {
+		fprintf(stderr, "peer: listen: %s\n", nd_strstatus(st));
+		return 91;
+	}
+	oob_send(s, &ok, 1);
+	st = nd_listen_get_request(l, 10000, &req);
+	if (st != ND_SUCCESS)
+		return 92;
+	st = nd_ep_accept(s->ep, req, "peer", 4, 10000);
+	if (st != ND_SUCCESS) {
+		fprintf(stderr, "peer: accept: %s\n", nd_strstatus(st));
+		return 93;
+	}
+	nd_listen_close(l);
+	return fn(s, arg);
+}
+
+void pair_start(struct tside *me, const struct nd_ep_attr *attr, peer_fn fn, void *arg,
+		const struct nd_ep_attr *peer_attr)
+{
+	int to_peer[2], from_peer[2];
+	uint16_t port = t_port();
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	pid_t pid;
+	char c;
+	nd_status st;
+
+	ck_assert(pipe(to_peer) == 0 && pipe(from_peer) == 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert(pid >= 0);
+	if (pid == 0) {
+		struct tside peer;
+
+		memset(&peer, 0, sizeof(peer));
+		close(to_peer[1]);
+		close(from_peer[0]);
+		peer.oob_in = to_peer[0];
+		peer.oob_out = from_peer[1];
+		alarm(60);  /* a wedged peer must not outlive the test */
+		_exit(peer_main(&peer, peer_attr, port, fn, arg));
+	}
+	close(to_peer[0]);
+	close(from_peer[1]);
+	tside_open(me, attr);
+	me->oob_out = to_peer[1];
+	me->oob_in = from_peer[0];
+	me->peer = pid;
+	oob_recv(me, &c, 1);
+	st = nd_ep_connect(me->ep, (struct sockaddr *)&sa, sizeof(sa), "me", 2, 10000);
+	ck_status(st, ND_SUCCESS);
+}
+
+int pair_finish(struct tside *me)
+{
+	int status;
+	pid_t r;
+
+	do {
+		r = waitpid(me->peer, &status, 0);
+	} while (r < 0 && errno == EINTR);
+	ck_assert(r == me->peer);
+	close(me->oob_in);
+	close(me->oob_out);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return WEXITSTATUS(status);
+}
+
+struct nd_result t_wait(struct nd_cq *cq, int timeout_ms)
+{
+	struct timespec t0, t;
+	struct nd_result r;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		if (nd_cq_poll(cq, &r, 1) == 1)
+			return r;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > timeout_ms)
+			break;
+		nd_cq_wait(cq, 50);
+	}
+	if (t_is_peer) {
+		fprintf(stderr, "peer: t_wait: no result within %d ms\n", timeout_ms);
+		_exit(97);
+	}
+	ck_abort_msg("no result within %d ms", timeout_ms);
+	return r;
+}
+
+int t_quiet(struct nd_cq *cq, int ms)
+{
+	struct timespec t0, t;
+	struct nd_result r;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (nd_cq_poll(cq, &r, 1) == 1)
+			return 0;
+		nd_cq_wait(cq, 10);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+	return 1;
+}
+
+struct nd_sge t_sge(struct tside *s, size_t off, uint32_t len)
+{
+	struct nd_sge g = { s->buf + off, len, s->mr };
+
+	return g;
+}

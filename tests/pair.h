@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Test harness for the endpoint suites: a "side" is an adapter, CQs, an
+ * endpoint and a registered buffer; a pair is this process and a forked
+ * peer process connected over the transport under test (WSD_TEST_TRANSPORT,
+ * default shm), with a pipe pair for out-of-band coordination.
+ */
+#ifndef WSD_TESTS_PAIR_H
+#define WSD_TESTS_PAIR_H
+
+#include <check.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "wsd/nd.h"
+
+#define TBUF (4u << 20)
+
+struct tside {
+	struct nd_adapter *ad;
+	struct nd_cq *icq, *ocq;
+	struct nd_ep *ep;
+	uint8_t *buf;
+	struct nd_mr *mr;
+	int oob_in, oob_out;     /* to and from the other process */
+	pid_t peer;              /* in the parent: the peer's pid */
+};
+
+typedef int (*peer_fn)(struct tside *s, void *arg);
+
+extern int t_is_peer;
+extern uint32_t t_cq_depth;   /* for CQs made after it is set */      /* set in the forked peer */
+const char *t_transport(void);
+/* Defaults: 64 entries, 4 SGEs each way, read limit 4; attr may override. */
+void tside_open(struct tside *s, const struct nd_ep_attr *attr);
+void tside_close(struct tside *s);
+/*
+ * Fork a peer that listens, accepts and runs fn (its return is its exit
+ * status); this process connects.  peer_attr/attr may be NULL.
+ */
+void pair_start(struct tside *me, const struct nd_ep_attr *attr, peer_fn fn, void *arg,
+		const struct nd_ep_attr *peer_attr);
+/* Wait for the peer; returns its exit status (or 128+signal). */
+int pair_finish(struct tside *me);
+
+void oob_send(struct tside *s, const void *p, size_t n);
+void oob_recv(struct tside *s, void *p, size_t n);
+void oob_sync(struct tside *s);       /* send a token, wait for the peer's */
+
+/* One result from cq within timeout_ms, or the test fails. */
+struct nd_result t_wait(struct nd_cq *cq, int timeout_ms);
+/* 1 if cq yields no result within ms (progress keeps running). */
+int t_quiet(struct nd_cq *cq, int ms);
+struct nd_sge t_sge(struct tside *s, size_t off, uint32_t len);
+uint16_t t_port(void);
+
+/* Peer-side assertion: exits the peer with the line number on failure. */
+#define PEER_CHECK(c) do { if (!(c)) { fprintf(stderr, "peer check failed %s:%d: %s\n", \
+	__FILE__, __LINE__, #c); return __LINE__ % 200 + 1; } } while (0)
+
+#define ck_status(got, want) ck_assert_msg((got) == (want), "%s: got %s, want %s", #got, \
+	nd_strstatus(got), nd_strstatus(want))
+
+#endif
