@@ -560,7 +560,7 @@ static int peer_solicit(struct tside *s, void *arg)
 	oob_sync(s);
 	oob_sync(s);     /* a plain send went */
 	PEER_CHECK(nd_cq_wait(s->icq, 150) == ND_TIMEOUT);
-	oob_sync(s);     /* a solicited one went */
+	oob_sync(s);     /* now the solicited one goes */
 	PEER_CHECK(nd_cq_wait(s->icq, 5000) == ND_SUCCESS);
 	r = t_wait(s->icq, 100);
 	PEER_CHECK(r.status == ND_SUCCESS && !(r.flags & ND_RESULT_FLAG_SOLICITED));
@@ -580,8 +580,8 @@ START_TEST(solicited_notify)
 	g = t_sge(&s, 0, 8);
 	ck_status(nd_ep_send(s.ep, NULL, &g, 1, 0), ND_SUCCESS);
 	oob_sync(&s);
+	oob_sync(&s);   /* the peer saw no wake-up */
 	ck_status(nd_ep_send(s.ep, NULL, &g, 1, ND_OP_FLAG_SEND_AND_SOLICIT_EVENT), ND_SUCCESS);
-	oob_sync(&s);
 	/* a send's result comes once the peer took it (its waits drive that) */
 	ck_status(t_wait(s.ocq, 5000).status, ND_SUCCESS);
 	ck_status(t_wait(s.ocq, 5000).status, ND_SUCCESS);
