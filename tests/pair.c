@@ -244,3 +244,10 @@ struct nd_sge t_sge(struct tside *s, size_t off, uint32_t len)
 
 	return g;
 }
+
+int t_peer_idle(struct tside *s, void *arg)
+{
+	(void)arg;
+	oob_sync(s);
+	return 0;
+}

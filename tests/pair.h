@@ -51,6 +51,8 @@ void oob_sync(struct tside *s);       /* send a token, wait for the peer's */
 struct nd_result t_wait(struct nd_cq *cq, int timeout_ms);
 /* 1 if cq yields no result within ms (progress keeps running). */
 int t_quiet(struct nd_cq *cq, int ms);
+/* A peer that only waits for one oob_sync. */
+int t_peer_idle(struct tside *s, void *arg);
 struct nd_sge t_sge(struct tside *s, size_t off, uint32_t len);
 uint16_t t_port(void);
 
