@@ -15,9 +15,11 @@ struct wsd_engine {
 	int ready;
 };
 
-int wsd_engine_init(struct wsd_engine *e);
-void wsd_engine_fini(struct wsd_engine *e);
+#define WSD_ENGINE_API __attribute__((visibility("hidden")))
+
+WSD_ENGINE_API int wsd_engine_init(struct wsd_engine *e);
+WSD_ENGINE_API void wsd_engine_fini(struct wsd_engine *e);
 /* Wait until fd is readable: 1, 0 on timeout (timeout_ns < 0: forever), or -errno. */
-int wsd_engine_wait_fd(struct wsd_engine *e, int fd, int64_t timeout_ns);
+WSD_ENGINE_API int wsd_engine_wait_fd(struct wsd_engine *e, int fd, int64_t timeout_ns);
 
 #endif

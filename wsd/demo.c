@@ -80,12 +80,22 @@ static void side_open(struct side *s, size_t buflen)
 	TRY("create cq", nd_cq_create(s->ad, 256, &s->cq));
 	a.inbound_cq = a.outbound_cq = s->cq;
 	TRY("create endpoint", nd_ep_create(s->ad, &a, &s->ep));
+	buflen = (buflen + 4095) & ~(size_t)4095;
 	s->buf = aligned_alloc(4096, buflen);
 	if (!s->buf)
 		die("memory", ND_NO_MEMORY);
 	memset(s->buf, 0, buflen);
 	TRY("register", nd_mr_register(s->ad, s->buf, buflen, ND_MR_FLAG_ALLOW_LOCAL_WRITE |
 				       ND_MR_FLAG_ALLOW_REMOTE_READ, &s->mr));
+}
+
+static void side_close(struct side *s)
+{
+	TRY("destroy endpoint", nd_ep_destroy(s->ep));
+	TRY("deregister", nd_mr_deregister(s->mr));
+	TRY("destroy cq", nd_cq_destroy(s->cq));
+	TRY("close adapter", nd_adapter_close(s->ad));
+	free(s->buf);
 }
 
 static void post_recv(struct side *s, size_t msg, unsigned slot)
@@ -169,8 +179,11 @@ static int server(struct sockaddr_in *sa, uint64_t bytes, size_t msg, int ready_
 		}
 		nd_mr_deregister(mmr);
 	}
+	/* the peer's disconnect may already have ended the connection */
 	nd_ep_disconnect(s.ep);
-	nd_mw_destroy(mw);
+	TRY("destroy window", nd_mw_destroy(mw));
+	TRY("close listener", nd_listen_close(l));
+	side_close(&s);
 	return 0;
 }
 
@@ -270,6 +283,9 @@ static int client(struct sockaddr_in *sa, uint64_t bytes, size_t msg)
 			(void)wait_one(&s);
 		}
 	}
+	/* either end may disconnect first; the other then finds it done */
+	(void)nd_ep_disconnect(s.ep);
+	side_close(&s);
 	return 0;
 }
 

@@ -1,0 +1,14 @@
+#!/bin/sh
+# libwsd.so exports only the project's prefixes: nd_, wsd_, WSP.
+set -eu
+lib=${top_builddir:-.}/.libs/libwsd.so
+[ -f "$lib" ] || { echo "FAIL: $lib not built"; exit 1; }
+leaks=$(nm -D --defined-only "$lib" | awk '$2 != "A" {print $3}' | grep -vE '^(nd_|wsd_|WSP)' || true)
+if [ -n "$leaks" ]; then
+	echo "FAIL: symbols exported without the project's prefix:"
+	echo "$leaks"
+	exit 1
+fi
+count=$(nm -D --defined-only "$lib" | grep -cE ' (nd_|wsd_|WSP)')
+[ "$count" -gt 0 ] || { echo "FAIL: libwsd.so exports nothing"; exit 1; }
+echo "ok: $count symbols exported, all with the project's prefixes"
