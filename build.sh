@@ -1,0 +1,60 @@
+#!/bin/sh
+# One entry point for a fresh Debian 12 machine:
+#   ./build.sh demo    install what is missing, build, run the demo (the main job)
+#   ./build.sh check   install what is missing, build, run the whole test suite
+#   ./build.sh asan    the same tests in a separate AddressSanitizer/UBSan build
+#   ./build.sh bench   build and print the endpoint benchmark's figures
+set -eu
+cd "$(dirname "$0")"
+
+PACKAGES="build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev liburing-dev check"
+
+install_missing() {
+	missing=""
+	for p in $PACKAGES; do
+		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||
+			missing="$missing $p"
+	done
+	[ -z "$missing" ] && return 0
+	echo "build.sh: installing:$missing"
+	if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing
+}
+
+build() {
+	[ -x configure ] && [ configure -nt configure.ac ] || autoreconf -fi
+	[ -f Makefile ] || ./configure
+	make -j"$(nproc)"
+}
+
+case "${1:-}" in
+demo)
+	install_missing
+	build
+	./wsd/wsd demo
+	;;
+check)
+	install_missing
+	build
+	make -j"$(nproc)" check
+	;;
+asan)
+	install_missing
+	dir=_build-asan
+	rm -rf "$dir"
+	git clone -q . "$dir"
+	(cd "$dir" && autoreconf -fi >/dev/null && ./configure -q --enable-sanitizers &&
+	 make -j"$(nproc)" && make -j"$(nproc)" check)
+	;;
+bench)
+	install_missing
+	build
+	make -j"$(nproc)" tests/bench_nd
+	./tests/bench_nd
+	;;
+*)
+	echo "usage: ./build.sh demo|check|asan|bench" >&2
+	exit 2
+	;;
+esac
