@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/pair.h"
@@ -610,6 +611,30 @@ START_TEST(small_cq_backpressure)
 }
 END_TEST
 
+/*
+ * A waiter with nothing to wait for sleeps: over a 400 ms wait it may burn
+ * its spin period, not the wall time.  (A loose bound: this checks sleeping,
+ * not speed.)
+ */
+START_TEST(idle_wait_sleeps)
+{
+	struct tside s;
+	struct timespec c0, c1;
+	double cpu_ms;
+
+	setenv("WSD_SPIN_US", "1000", 1);
+	pair_start(&s, NULL, t_peer_idle, NULL, NULL);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	ck_status(nd_cq_wait(s.icq, 400), ND_TIMEOUT);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	cpu_ms = (c1.tv_sec - c0.tv_sec) * 1e3 + (c1.tv_nsec - c0.tv_nsec) / 1e6;
+	ck_assert_msg(cpu_ms < 100, "idle wait used %.1f ms of CPU in 400 ms", cpu_ms);
+	oob_sync(&s);
+	ck_assert_int_eq(pair_finish(&s), 0);
+	tside_close(&s);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	Suite *su = suite_create("nd");
@@ -635,6 +660,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, defer_batches);
 	tcase_add_test(tc, solicited_notify);
 	tcase_add_test(tc, small_cq_backpressure);
+	tcase_add_test(tc, idle_wait_sleeps);
 	suite_add_tcase(su, tc);
 	sr = srunner_create(su);
 	srunner_run_all(sr, CK_ENV);
