@@ -394,6 +394,70 @@ START_TEST(local_sge_faults)
 }
 END_TEST
 
+/* seed 000: the post-time limits, for reads as for sends. */
+START_TEST(read_request_limits)
+{
+	struct tside s;
+	struct nd_mw_descriptor d;
+	struct nd_adapter_info info;
+	struct nd_sge g[5], huge[2];
+
+	start_window(&s, ND_OP_FLAG_ALLOW_READ, &d);
+	nd_adapter_query(s.ad, &info);
+	for (int i = 0; i < 5; i++)
+		g[i] = t_sge(&s, (size_t)i * 64, 64);
+	ck_status(nd_ep_read(s.ep, NULL, g, 5, &d, 0, 0), ND_DATA_OVERRUN);
+	huge[0] = huge[1] = t_sge(&s, 0, (uint32_t)(info.max_transfer_length / 2 + 1));
+	d.length = UINT64_MAX / 2;   /* let the size limit, not the window, decide */
+	ck_status(nd_ep_read(s.ep, NULL, huge, 2, &d, 0, 0), ND_BUFFER_OVERFLOW);
+	ck_status(nd_ep_read(s.ep, NULL, g, 1, &d, 0, 0x4000), ND_INVALID_PARAMETER);
+	for (int i = 0; i < 64; i++)
+		ck_status(nd_ep_read(s.ep, NULL, g, 1, &d, 0, ND_OP_FLAG_DEFER), ND_SUCCESS);
+	ck_status(nd_ep_read(s.ep, NULL, g, 1, &d, 0, 0), ND_NO_MORE_ENTRIES);
+	finish(&s);
+}
+END_TEST
+
+static int peer_bad_receive(struct tside *s, void *arg)
+{
+	int which = (int)(intptr_t)arg;
+	struct nd_mr *ro;
+	struct nd_sge g;
+	struct nd_result r;
+
+	PEER_CHECK(nd_mr_register(s->ad, s->buf, 4096, 0, &ro) == ND_SUCCESS);
+	if (which == 0)
+		g = (struct nd_sge){ s->buf, 64, ro };          /* no local write */
+	else
+		g = t_sge(s, TBUF - 32, 64);                   /* runs past the region */
+	PEER_CHECK(nd_ep_receive(s->ep, (void *)0x33, &g, 1) == ND_SUCCESS);
+	oob_sync(s);
+	r = t_wait(s->icq, 5000);
+	PEER_CHECK(r.request_context == (void *)0x33);
+	PEER_CHECK(r.status == (which == 0 ? ND_ACCESS_VIOLATION : ND_LOCAL_LENGTH));
+	oob_sync(s);
+	return 0;
+}
+
+/* seed 004: a receive whose own buffer is bad fails, and so does the send. */
+START_TEST(receive_bad_sge)
+{
+	for (int which = 0; which < 2; which++) {
+		struct tside s;
+		struct nd_sge g;
+
+		pair_start(&s, NULL, peer_bad_receive, (void *)(intptr_t)which, NULL);
+		oob_sync(&s);
+		g = t_sge(&s, 0, 48);
+		ck_status(nd_ep_send(s.ep, NULL, &g, 1, 0), ND_SUCCESS);
+		oob_sync(&s);
+		ck_status(t_wait(s.ocq, 5000).status, ND_REMOTE_ERROR);
+		ck_assert_int_eq(pair_finish(&s), 0);
+		tside_close(&s);
+	}
+}
+END_TEST
+
 /* The kernel refuses the copy: registered memory that was unmapped. */
 START_TEST(read_into_unmapped)
 {
@@ -633,6 +697,8 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, send_and_invalidate_unbound);
 	tcase_add_test(tc, local_sge_faults);
 	tcase_add_test(tc, read_into_unmapped);
+	tcase_add_test(tc, read_request_limits);
+	tcase_add_test(tc, receive_bad_sge);
 	tcase_add_test(tc, peer_takes_no_reads);
 	tcase_add_test(tc, read_local_invalidate);
 	tcase_add_test(tc, bind_errors);
