@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -26,6 +28,36 @@
 
 /* The byte a peer reads to prove it may read this process. */
 static volatile uint8_t probe_byte = 0x5a;
+
+static pthread_once_t features_once = PTHREAD_ONCE_INIT;
+static uint32_t features;
+
+/*
+ * Global expedited membarrier lets a side about to sleep force a full
+ * barrier on every CPU running a registered process, so producers on the
+ * hot path can skip their own fence.  Both sides must be registered.
+ */
+static void features_init(void)
+{
+	long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+
+	if (q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0)
+		features |= SHM_FEAT_MEMBARRIER;
+}
+
+uint32_t shm_features(void)
+{
+	pthread_once(&features_once, features_init);
+	return features;
+}
+
+void shm_sleeper_barrier(const struct shm_conn *c)
+{
+	if (!c->fast_bell ||
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0)
+		atomic_thread_fence(memory_order_seq_cst);
+}
 
 struct shm_listener {
 	int fd;
@@ -67,6 +99,9 @@ int shm_conn_map(struct shm_conn *c, int memfd, uint32_t ring_size, uint32_t nwi
 			h[i]->ring_size = ring_size;
 			h[i]->nwindows = nwindows;
 			h[i]->ring_offset = half - ring_size;
+			while (getrandom(&h[i]->stamp_key, sizeof(h[i]->stamp_key), 0) !=
+			       sizeof(h[i]->stamp_key))
+				;
 		}
 	} else {
 		/* Trust nothing the peer wrote into the layout. */
@@ -373,6 +408,7 @@ static nd_status conn_go_live(struct nd_ep *ep, struct shm_conn *c, const struct
 	if (c->pidfd < 0)
 		return ND_CONNECTION_ABORTED;
 	c->peer_read_limit = m->read_limit;
+	c->fast_bell = (m->features & shm_features() & SHM_FEAT_MEMBARRIER) != 0;
 	ep->peer_len = m->plen;
 	memcpy(ep->peer_data, m->priv, m->plen);
 	pthread_mutex_lock(&ep->ad->lock);
@@ -415,6 +451,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	c = conn_new();
 	if (!c)
 		return ND_NO_MEMORY;
+	m.features = shm_features();
 	m.ring_size = ring_size_param();
 	m.nwindows = ep->ad->info.max_windows;
 	m.probe_addr = (uintptr_t)&probe_byte;
@@ -518,6 +555,7 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 	}
 	m.probe_addr = (uintptr_t)&probe_byte;
 	m.read_limit = ep->attr.inbound_read_limit;
+	m.features = shm_features();
 	m.plen = (uint32_t)plen;
 	if (plen)
 		memcpy(m.priv, priv, plen);

@@ -21,16 +21,35 @@
 
 #include "provider/shm/shm.h"
 
-#define MSG_ALIGN 16u
+#define MSG_ALIGN 32u   /* a header never straddles the end of the ring */
+#define HDR sizeof(struct shm_msg)
 
-static inline uint64_t pad16(uint64_t n)
+static inline uint64_t stamp_of(const struct shm_half *h, uint64_t pos)
+{
+	return (pos + 1) ^ h->stamp_key;
+}
+
+static inline struct shm_msg *slot_at(uint8_t *ring, uint32_t size, uint64_t pos)
+{
+	return (struct shm_msg *)(ring + (pos & (size - 1)));
+}
+
+static inline uint64_t msg_pad(uint64_t n)
 {
 	return (n + MSG_ALIGN - 1) & ~(uint64_t)(MSG_ALIGN - 1);
 }
 
-static void ring_bell(_Atomic uint32_t *armed, int efd)
+/*
+ * After publishing, wake the other side if it is asleep.  With membarrier
+ * the sleeper pays for the store-load ordering (see shm_arm), so the hot
+ * path needs only a compiler barrier; without it, a full fence here.
+ */
+static void ring_bell(const struct shm_conn *c, _Atomic uint32_t *armed, int efd)
 {
-	atomic_thread_fence(memory_order_seq_cst);
+	if (c->fast_bell)
+		atomic_signal_fence(memory_order_seq_cst);
+	else
+		atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(armed, memory_order_relaxed) &&
 	    atomic_exchange(armed, 0))
 		(void)eventfd_write(efd, 1);
@@ -239,7 +258,7 @@ static void exec_rdma(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 	wr->executed = true;
 }
 
-/* Stream as much of a send as the ring takes.  1 when all of it is in. */
+/* Put as much of a send into the ring as fits.  1 when all of it is in. */
 static int exec_send(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 {
 	struct shm_half *h = c->tx;
@@ -249,22 +268,37 @@ static int exec_send(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 	uint64_t space = size - (head - tail), n;
 
 	if (!wr->started) {
-		struct shm_msg m = { .len = (uint32_t)wr->length, .op = (uint16_t)wr->op,
-				     .flags = (uint16_t)(wr->flags & ND_OP_FLAG_SEND_AND_SOLICIT_EVENT),
-				     .token = wr->remote_token };
+		uint64_t total = msg_pad(HDR + wr->length);
+		struct shm_msg *m = slot_at(c->tx_ring, size, head);
 		nd_status st = sgl_check(wr->sgl, wr->nsge, 0);
 
 		if (st != ND_SUCCESS) {
 			wr_fail(ep, wr, st);
 			return 1;
 		}
-		if (space < sizeof(m))
+		if (space < HDR + MSG_ALIGN && total > space)
 			return 0;
-		memcpy(c->tx_ring + (head & (size - 1)), &m, sizeof(m));
+		m->len = (uint32_t)wr->length;
+		m->op = (uint8_t)wr->op;
+		m->flags = (wr->flags & ND_OP_FLAG_SEND_AND_SOLICIT_EVENT) ? SHM_MSG_SOLICIT : 0;
+		m->token = wr->remote_token;
 		wr->ring_start = head;
 		wr->started = true;
-		head += sizeof(m);
-		space -= sizeof(m);
+		if (total <= space) {
+			/* The whole message fits: payload first, the stamp publishes it. */
+			ring_copy(c->tx_ring, size, head + HDR, wr->sgl, wr->nsge, 0, wr->length, 1);
+			wr->done = wr->length;
+			wr->ring_end = head + total;
+			atomic_store_explicit(&m->stamp, stamp_of(h, head), memory_order_release);
+			atomic_store_explicit(&h->head, head + total, memory_order_relaxed);
+			ring_bell(c, &h->cons_armed, c->peer_in_efd);
+			return 1;
+		}
+		m->flags |= SHM_MSG_STREAM;
+		atomic_store_explicit(&h->head, head + HDR, memory_order_relaxed);
+		atomic_store_explicit(&m->stamp, stamp_of(h, head), memory_order_release);
+		head += HDR;
+		space -= HDR;
 	}
 	n = wr->length - wr->done;
 	if (n > space)
@@ -275,19 +309,19 @@ static int exec_send(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 		wr->done += n;
 	}
 	if (wr->done == wr->length) {
-		uint64_t end = wr->ring_start + pad16(sizeof(struct shm_msg) + wr->length);
+		uint64_t end = wr->ring_start + msg_pad(HDR + wr->length);
 
 		if (end - tail > size) {
 			/* room for the data but not yet for the padding */
 			atomic_store_explicit(&h->head, head, memory_order_release);
-			ring_bell(&h->cons_armed, c->peer_in_efd);
+			ring_bell(c, &h->cons_armed, c->peer_in_efd);
 			return 0;
 		}
 		head = end;
 		wr->ring_end = end;
 	}
 	atomic_store_explicit(&h->head, head, memory_order_release);
-	ring_bell(&h->cons_armed, c->peer_in_efd);
+	ring_bell(c, &h->cons_armed, c->peer_in_efd);
 	return wr->done == wr->length;
 }
 
@@ -404,6 +438,14 @@ static int rx_invalidate(struct nd_ep *ep, struct shm_conn *c)
 	return -1;
 }
 
+/* Is a message header waiting at the consumer's position? */
+static int rx_stamped(struct shm_conn *c, uint64_t tail)
+{
+	struct shm_msg *m = slot_at(c->rx_ring, c->rx->ring_size, tail);
+
+	return atomic_load_explicit(&m->stamp, memory_order_acquire) == stamp_of(c->rx, tail);
+}
+
 static void run_inbound(struct nd_ep *ep, struct shm_conn *c)
 {
 	struct shm_half *h = c->rx;
@@ -412,20 +454,24 @@ static void run_inbound(struct nd_ep *ep, struct shm_conn *c)
 	uint64_t start_tail = tail;
 
 	while (ep->state == EP_CONNECTED) {
-		uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
-		uint64_t avail = head - tail, n;
+		uint64_t end, n, avail;
 		struct nd_rwr *rw;
+		uint32_t fl;
 
 		if (!c->in_msg) {
+			struct shm_msg *m = slot_at(c->rx_ring, size, tail);
 			nd_status st;
 
-			if (avail < sizeof(struct shm_msg))
+			if (!rx_stamped(c, tail))
 				break;
 			/* Room for the invalidate result and the receive's. */
 			if (ep->rq_head == ep->rq_tail ||
 			    ep->attr.inbound_cq->depth - ep->attr.inbound_cq->count < 2)
 				break;
-			memcpy(&c->cur, c->rx_ring + (tail & (size - 1)), sizeof(c->cur));
+			c->cur.len = m->len;
+			c->cur.op = m->op;
+			c->cur.flags = m->flags;
+			c->cur.token = m->token;
 			c->cur_start = tail;
 			c->cur_done = 0;
 			rw = &ep->rq[ep->rq_head % ep->attr.inbound_entries];
@@ -440,41 +486,46 @@ static void run_inbound(struct nd_ep *ep, struct shm_conn *c)
 				rx_fail(ep, c, ND_REMOTE_ERROR);
 				break;
 			}
-			tail += sizeof(struct shm_msg);
-			avail -= sizeof(struct shm_msg);
+			tail += HDR;
 			c->in_msg = 1;
 		}
 		rw = &ep->rq[ep->rq_head % ep->attr.inbound_entries];
+		end = c->cur_start + msg_pad(HDR + c->cur.len);
 		n = c->cur.len - c->cur_done;
-		if (n > avail)
-			n = avail;
+		if (c->cur.flags & SHM_MSG_STREAM) {
+			/* streamed: only what the producer has published so far */
+			uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+
+			avail = head - tail;
+			if (n > avail)
+				n = avail;
+			if (n == c->cur.len - c->cur_done && head < end)
+				avail = 0;   /* all data, but the padding is not published yet */
+			else
+				avail = 1;
+		} else {
+			avail = 1;
+		}
 		if (n) {
 			ring_copy(c->rx_ring, size, tail, rw->sgl, rw->nsge, c->cur_done, n, 0);
 			c->cur_done += n;
 			tail += n;
 		}
-		if (c->cur_done < c->cur.len)
+		if (c->cur_done < c->cur.len || !avail)
 			break;
-		{
-			uint64_t end = c->cur_start + pad16(sizeof(struct shm_msg) + c->cur.len);
-			uint32_t fl = (c->cur.flags & ND_OP_FLAG_SEND_AND_SOLICIT_EVENT) ?
-				      ND_RESULT_FLAG_SOLICITED : 0;
-
-			if (head < end)
-				break;      /* padding not published yet */
-			tail = end;
-			c->in_msg = 0;
-			if (c->cur.op == ND_OP_SEND_INVALIDATE && rx_invalidate(ep, c) < 0) {
-				push_recv(ep, ND_INVALIDATION_ERROR, c->cur.len, fl);
-				rx_fail(ep, c, ND_REMOTE_ERROR);
-				break;
-			}
-			push_recv(ep, ND_SUCCESS, c->cur.len, fl);
+		fl = (c->cur.flags & SHM_MSG_SOLICIT) ? ND_RESULT_FLAG_SOLICITED : 0;
+		tail = end;
+		c->in_msg = 0;
+		if (c->cur.op == ND_OP_SEND_INVALIDATE && rx_invalidate(ep, c) < 0) {
+			push_recv(ep, ND_INVALIDATION_ERROR, c->cur.len, fl);
+			rx_fail(ep, c, ND_REMOTE_ERROR);
+			break;
 		}
+		push_recv(ep, ND_SUCCESS, c->cur.len, fl);
 	}
 	if (tail != start_tail) {
 		atomic_store_explicit(&h->tail, tail, memory_order_release);
-		ring_bell(&h->prod_armed, c->peer_out_efd);
+		ring_bell(c, &h->prod_armed, c->peer_out_efd);
 	}
 }
 
@@ -520,7 +571,7 @@ static int outbound_ready(struct nd_ep *ep, struct shm_conn *c)
 			return tail >= wr->ring_end;
 	}
 	if (ep->sq_exec < ep->sq_tail && !ep->sq[ep->sq_exec % ep->attr.outbound_entries].deferred)
-		return atomic_load(&c->tx->head) - tail + MSG_ALIGN <= c->tx->ring_size;
+		return atomic_load(&c->tx->head) - tail + HDR + MSG_ALIGN <= c->tx->ring_size;
 	return 0;
 }
 
@@ -532,6 +583,9 @@ int shm_arm(struct nd_ep *ep, struct nd_cq *cq)
 	if (ep->state != EP_CONNECTED)
 		return 0;
 	if (peer_vanished(c)) {
+		/* settle what the peer took before it went */
+		run_inbound(ep, c);
+		reap_sends(ep, c);
 		wsd_ep_terminate(ep);
 		return 1;
 	}
@@ -539,12 +593,12 @@ int shm_arm(struct nd_ep *ep, struct nd_cq *cq)
 		atomic_store(&c->rx->cons_armed, 1);
 	if (ep->attr.outbound_cq == cq)
 		atomic_store(&c->tx->prod_armed, 1);
-	atomic_thread_fence(memory_order_seq_cst);
+	shm_sleeper_barrier(c);
 	if (atomic_load(&c->rx->closed))
 		busy = 1;
-	if (ep->attr.inbound_cq == cq &&
-	    atomic_load(&c->rx->head) != atomic_load(&c->rx->tail) &&
-	    ep->rq_head != ep->rq_tail)
+	if (ep->attr.inbound_cq == cq && ep->rq_head != ep->rq_tail &&
+	    (c->in_msg ? atomic_load(&c->rx->head) != atomic_load(&c->rx->tail) :
+			 rx_stamped(c, atomic_load(&c->rx->tail))))
 		busy = 1;
 	if (ep->attr.outbound_cq == cq && !busy)
 		busy = outbound_ready(ep, c);

@@ -41,16 +41,32 @@ struct shm_half {
 	uint32_t ring_size;
 	uint32_t nwindows;
 	uint64_t ring_offset;                /* from the start of the half */
+	uint64_t stamp_key;                  /* mixed into message stamps */
 	struct shm_window windows[];
 };
 
-/* Messages in a ring: a header, the payload, padding to 16 bytes. */
+/*
+ * Messages in a ring: a 32-byte header, the payload, padding to 32 bytes.
+ * The consumer learns a message is there from its header's stamp (the ring
+ * position mixed with the connection's key), published last, so the fast
+ * path reads one place instead of the producer's head.  A message larger
+ * than the free space is streamed: its header goes first, marked STREAM,
+ * and the payload follows as room appears, tracked by head.
+ */
 struct shm_msg {
+	_Atomic uint64_t stamp;
 	uint32_t len;
-	uint16_t op;                         /* ND_OP_SEND or ND_OP_SEND_INVALIDATE */
-	uint16_t flags;                      /* ND_OP_FLAG_SEND_AND_SOLICIT_EVENT */
+	uint8_t op;                          /* ND_OP_SEND or ND_OP_SEND_INVALIDATE */
+	uint8_t flags;                       /* SHM_MSG_* */
+	uint16_t pad;
 	uint64_t token;                      /* window to invalidate */
+	uint64_t pad2;
 };
+
+#define SHM_MSG_SOLICIT 0x1u
+#define SHM_MSG_STREAM  0x2u
+
+#define SHM_FEAT_MEMBARRIER 0x1u   /* registered for global expedited membarrier */
 
 enum shm_ctl_type {
 	SHM_HELLO = 1,
@@ -70,6 +86,7 @@ struct shm_ctl {
 	uint64_t probe_addr;
 	uint32_t read_limit;
 	uint32_t reason;                     /* nd_status for REJECT */
+	uint32_t features;                   /* SHM_FEAT_* */
 	uint32_t plen;
 	uint8_t priv[SHM_PRIV_MAX];
 };
@@ -85,9 +102,10 @@ struct shm_conn {
 	uint8_t *tx_ring, *rx_ring;
 	int peer_in_efd, peer_out_efd;       /* the peer's CQ doorbells */
 	uint32_t peer_read_limit;
+	int fast_bell;                       /* both sides use membarrier */
 	/* receive side */
 	int in_msg;
-	struct shm_msg cur;
+	struct shm_msg cur;                  /* header of the message being taken */
 	uint64_t cur_start, cur_done;
 	/* my windows, by slot */
 	struct nd_mw **mws;
@@ -99,6 +117,10 @@ WSD_HIDDEN size_t shm_half_size(uint32_t ring_size, uint32_t nwindows);
 WSD_HIDDEN void shm_conn_free(struct shm_conn *c);
 WSD_HIDDEN int shm_conn_map(struct shm_conn *c, int memfd, uint32_t ring_size,
 			    uint32_t nwindows, int side, int init);
+
+/* conn.c: the sleeper's half of the doorbell protocol */
+WSD_HIDDEN uint32_t shm_features(void);
+WSD_HIDDEN void shm_sleeper_barrier(const struct shm_conn *c);
 
 /* data.c */
 WSD_HIDDEN void shm_progress(struct nd_ep *ep);
