@@ -86,7 +86,8 @@ int shm_conn_map(struct shm_conn *c, int memfd, uint32_t ring_size, uint32_t nwi
 
 	if (init && ftruncate(memfd, (off_t)(2 * half)) < 0)
 		return -errno;
-	c->map = mmap(NULL, 2 * half, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	/* populated now, so the first lap through the rings takes no page faults */
+	c->map = mmap(NULL, 2 * half, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
 	if (c->map == MAP_FAILED) {
 		c->map = NULL;
 		return -errno;
