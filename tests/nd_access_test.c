@@ -100,10 +100,7 @@ END_TEST
 
 int main(void)
 {
-	Suite *su = suite_create("nd_access");
-	TCase *tc = tcase_create("access");
-	SRunner *sr;
-	int failed;
+	TCase *tc;
 
 	if (strcmp(t_transport(), "shm")) {
 		printf("nd_access_test: the uid check is the shm transport's; skipped on %s\n",
@@ -114,12 +111,8 @@ int main(void)
 		printf("nd_access_test: needs root to run a process of another uid; skipped\n");
 		return 77;
 	}
+	tc = t_case("access", 0, NULL);
 	tcase_add_test(tc, other_uid_connects);
 	tcase_add_test(tc, other_uid_listens);
-	suite_add_tcase(su, tc);
-	sr = srunner_create(su);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return t_run("nd_access", tc);
 }

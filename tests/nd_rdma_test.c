@@ -677,14 +677,8 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-	Suite *su = suite_create("nd_rdma");
-	TCase *tc = tcase_create("rdma");
-	SRunner *sr;
-	int failed;
+	TCase *tc = t_case("rdma", argc, argv);
 
-	if (argc > 1)
-		setenv("WSD_TEST_TRANSPORT", argv[1], 1);
-	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, read_sgl_at_offset);
 	tcase_add_test(tc, read_zero_bytes);
 	tcase_add_test(tc, read_by_address_token);
@@ -704,10 +698,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, bind_errors);
 	tcase_add_test(tc, read_from_killed_peer);
 	tcase_add_test(tc, peer_killed_mid_transfer);
-	suite_add_tcase(su, tc);
-	sr = srunner_create(su);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return t_run("nd_rdma", tc);
 }

@@ -637,14 +637,8 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-	Suite *su = suite_create("nd");
-	TCase *tc = tcase_create("endpoint");
-	SRunner *sr;
-	int failed;
+	TCase *tc = t_case("endpoint", argc, argv);
 
-	if (argc > 1)
-		setenv("WSD_TEST_TRANSPORT", argv[1], 1);
-	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, adapter_open_query_close);
 	tcase_add_test(tc, object_limits);
 	tcase_add_test(tc, not_connected);
@@ -661,10 +655,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, solicited_notify);
 	tcase_add_test(tc, small_cq_backpressure);
 	tcase_add_test(tc, idle_wait_sleeps);
-	suite_add_tcase(su, tc);
-	sr = srunner_create(su);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return t_run("nd", tc);
 }

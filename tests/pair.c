@@ -251,3 +251,27 @@ int t_peer_idle(struct tside *s, void *arg)
 	oob_sync(s);
 	return 0;
 }
+
+TCase *t_case(const char *name, int argc, char **argv)
+{
+	TCase *tc = tcase_create(name);
+
+	if (argc > 1)
+		setenv("WSD_TEST_TRANSPORT", argv[1], 1);
+	tcase_set_timeout(tc, 60);
+	return tc;
+}
+
+int t_run(const char *suite, TCase *tc)
+{
+	Suite *su = suite_create(suite);
+	SRunner *sr;
+	int failed;
+
+	suite_add_tcase(su, tc);
+	sr = srunner_create(su);
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

@@ -56,6 +56,10 @@ int t_peer_idle(struct tside *s, void *arg);
 struct nd_sge t_sge(struct tside *s, size_t off, uint32_t len);
 uint16_t t_port(void);
 
+/* A test case named name (the transport may come as argv[1]), and running it. */
+TCase *t_case(const char *name, int argc, char **argv);
+int t_run(const char *suite, TCase *tc);
+
 /* Peer-side assertion: exits the peer with the line number on failure. */
 #define PEER_CHECK(c) do { if (!(c)) { fprintf(stderr, "peer check failed %s:%d: %s\n", \
 	__FILE__, __LINE__, #c); return __LINE__ % 200 + 1; } } while (0)
