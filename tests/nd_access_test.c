@@ -28,8 +28,7 @@ START_TEST(other_uid_connects)
 	struct nd_listener *l;
 	struct nd_conn_request *req;
 	uint16_t port = t_port();
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = t_addr(port);
 	int status;
 	pid_t pid;
 
@@ -65,8 +64,7 @@ START_TEST(other_uid_listens)
 {
 	struct tside s;
 	uint16_t port = t_port();
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = t_addr(port);
 	int p[2], status;
 	pid_t pid;
 	char c;

@@ -103,8 +103,7 @@ START_TEST(connect_refused_and_timeout)
 	struct tside s;
 	struct nd_listener *l;
 	struct nd_conn_request *req;
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(t_port()),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = t_addr(t_port());
 
 	tside_open(&s, NULL);
 	ck_status(nd_ep_connect(s.ep, (struct sockaddr *)&sa, sizeof(sa), NULL, 0, 2000),
@@ -136,8 +135,7 @@ START_TEST(connect_rejected)
 	int p[2];
 	pid_t pid;
 	uint16_t port = t_port();
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = t_addr(port);
 	char c;
 	int status;
 

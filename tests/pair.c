@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,19 @@ const char *t_transport(void)
 	const char *t = getenv("WSD_TEST_TRANSPORT");
 
 	return t && *t ? t : "shm";
+}
+
+struct sockaddr_in t_addr(uint16_t port)
+{
+	const char *a = getenv("WSD_TEST_ADDR");
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+	if (a && *a && inet_pton(AF_INET, a, &sa.sin_addr) != 1) {
+		fprintf(stderr, "WSD_TEST_ADDR=%s is not an IPv4 address\n", a);
+		exit(2);
+	}
+	return sa;
 }
 
 uint16_t t_port(void)
@@ -120,8 +134,7 @@ void oob_sync(struct tside *s)
 static int peer_main(struct tside *s, const struct nd_ep_attr *attr, uint16_t port, peer_fn fn,
 		     void *arg)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_ANY) };
+	struct sockaddr_in sa = t_addr(port);
 	struct nd_listener *l;
 	struct nd_conn_request *req;
 	char ok = 'L';
@@ -153,8 +166,7 @@ void pair_start(struct tside *me, const struct nd_ep_attr *attr, peer_fn fn, voi
 {
 	int to_peer[2], from_peer[2];
 	uint16_t port = t_port();
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = t_addr(port);
 	pid_t pid;
 	char c;
 	nd_status st;

@@ -10,6 +10,7 @@
 
 #include <check.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/types.h>
 
 #include "wsd/nd.h"
@@ -55,6 +56,8 @@ int t_quiet(struct nd_cq *cq, int ms);
 int t_peer_idle(struct tside *s, void *arg);
 struct nd_sge t_sge(struct tside *s, size_t off, uint32_t len);
 uint16_t t_port(void);
+/* WSD_TEST_ADDR (default 127.0.0.1) at port: where pairs listen and connect. */
+struct sockaddr_in t_addr(uint16_t port);
 
 /* A test case named name (the transport may come as argv[1]), and running it. */
 TCase *t_case(const char *name, int argc, char **argv);
