@@ -1,48 +1,103 @@
 /* SPDX-License-Identifier: MIT */
 /* Adapters, memory regions, memory windows and listeners. */
 #include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "provider/internal.h"
 
+/* Every transport, in the order an "auto" adapter tries them. */
 static const struct nd_transport *const transports[] = {
 	&wsd_transport_shm,
+	&wsd_transport_verbs,
 };
 
-const struct nd_transport *wsd_transport_find(const char *name)
+#define NTRANSPORTS (sizeof(transports) / sizeof(transports[0]))
+
+int wsd_tp_none(void *adpriv, void **priv)
 {
-	if (!name || !*name || !strcmp(name, "auto"))
-		name = wsd_param_str("WSD_TRANSPORT");
-	if (!strcmp(name, "auto"))
-		name = "shm";
-	for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
-		if (!strcmp(transports[i]->name, name))
-			return transports[i];
-	return NULL;
+	(void)adpriv;
+	*priv = NULL;
+	return 0;
+}
+
+void wsd_tp_none_free(void *priv)
+{
+	(void)priv;
+}
+
+int wsd_tp_none_mr(void *adpriv, struct nd_mr *mr, void **priv)
+{
+	(void)adpriv;
+	(void)mr;
+	*priv = NULL;
+	return 0;
+}
+
+nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len, uint64_t token,
+			   uint32_t access)
+{
+	(void)ep; (void)addr; (void)len; (void)token; (void)access;
+	return ND_SUCCESS;
+}
+
+/* The tightest of two sets of limits: what every transport can honour. */
+static void caps_meet(struct nd_adapter_info *a, const struct nd_adapter_info *b)
+{
+#define MEET(f) do { if (b->f < a->f) a->f = b->f; } while (0)
+	MEET(max_inbound_sge); MEET(max_outbound_sge);
+	MEET(max_inbound_requests); MEET(max_outbound_requests);
+	MEET(max_cq_entries); MEET(max_inbound_read_limit);
+	MEET(max_transfer_length); MEET(max_registration_size);
+	MEET(max_window_size); MEET(max_windows); MEET(private_data_length);
+#undef MEET
+	a->flags &= b->flags;
+	if (b->rdma_threshold > a->rdma_threshold)
+		a->rdma_threshold = b->rdma_threshold;
 }
 
 nd_status nd_adapter_open(const char *transport, struct nd_adapter **adapter)
 {
-	const struct nd_transport *tp;
+	const char *name = transport;
 	struct nd_adapter *ad;
+	nd_status st = ND_NOT_SUPPORTED;
 
 	if (!adapter)
 		return ND_INVALID_PARAMETER;
-	tp = wsd_transport_find(transport);
-	if (!tp)
-		return ND_NOT_SUPPORTED;
+	if (!name || !*name)
+		name = wsd_param_str("WSD_TRANSPORT");
 	ad = calloc(1, sizeof(*ad));
 	if (!ad)
 		return ND_NO_MEMORY;
-	pthread_mutex_init(&ad->lock, NULL);
-	ad->tp = tp;
-	ad->info = tp->caps;
-	if (!strcmp(tp->name, "shm")) {
-		long w = wsd_param_long("WSD_SHM_WINDOWS");
+	for (size_t i = 0; i < NTRANSPORTS; i++) {
+		struct nd_adapter_info caps;
+		int ret;
 
-		ad->info.max_windows = w > 0 && w <= 65536 ? (uint32_t)w : 256;
+		if (strcmp(name, "auto") && strcmp(name, transports[i]->name))
+			continue;
+		ret = transports[i]->adapter_open(&ad->tpriv[ad->ntp], &caps);
+		if (ret < 0) {
+			st = wsd_nd_from_errno(ret);
+			if (ret == -ENODEV)
+				st = ND_NOT_SUPPORTED;
+			continue;
+		}
+		if (!ad->ntp)
+			ad->info = caps;
+		else
+			caps_meet(&ad->info, &caps);
+		ad->tp[ad->ntp++] = transports[i];
 	}
+	if (!ad->ntp) {
+		free(ad);
+		return st;
+	}
+	snprintf(ad->info.transport, sizeof(ad->info.transport), "%s",
+		 ad->ntp > 1 ? "auto" : ad->tp[0]->name);
+	pthread_mutex_init(&ad->lock, NULL);
 	*adapter = ad;
 	return ND_SUCCESS;
 }
@@ -57,6 +112,8 @@ nd_status nd_adapter_close(struct nd_adapter *ad)
 		return ND_DEVICE_BUSY;
 	}
 	pthread_mutex_unlock(&ad->lock);
+	for (unsigned i = 0; i < ad->ntp; i++)
+		ad->tp[i]->adapter_close(ad->tpriv[i]);
 	pthread_mutex_destroy(&ad->lock);
 	free(ad);
 	return ND_SUCCESS;
@@ -91,6 +148,16 @@ nd_status nd_mr_register(struct nd_adapter *ad, void *addr, size_t length, uint3
 	mr->length = length;
 	mr->flags = flags;
 	mr->valid = true;
+	for (unsigned i = 0; i < ad->ntp; i++) {
+		int ret = ad->tp[i]->mr_register(ad->tpriv[i], mr, &mr->tpriv[i]);
+
+		if (ret < 0) {
+			while (i--)
+				ad->tp[i]->mr_deregister(mr->tpriv[i]);
+			free(mr);
+			return wsd_nd_from_errno(ret);
+		}
+	}
 	pthread_mutex_lock(&ad->lock);
 	ad->nobjects++;
 	pthread_mutex_unlock(&ad->lock);
@@ -112,6 +179,8 @@ nd_status nd_mr_deregister(struct nd_mr *mr)
 	}
 	ad->nobjects--;
 	pthread_mutex_unlock(&ad->lock);
+	for (unsigned i = 0; i < ad->ntp; i++)
+		ad->tp[i]->mr_deregister(mr->tpriv[i]);
 	free(mr);
 	return ND_SUCCESS;
 }
@@ -158,6 +227,16 @@ nd_status nd_mw_create(struct nd_adapter *ad, struct nd_mw **out)
 	if (!mw)
 		return ND_NO_MEMORY;
 	mw->ad = ad;
+	for (unsigned i = 0; i < ad->ntp; i++) {
+		int ret = ad->tp[i]->mw_create(ad->tpriv[i], &mw->tpriv[i]);
+
+		if (ret < 0) {
+			while (i--)
+				ad->tp[i]->mw_destroy(mw->tpriv[i]);
+			free(mw);
+			return wsd_nd_from_errno(ret);
+		}
+	}
 	pthread_mutex_lock(&ad->lock);
 	ad->nobjects++;
 	pthread_mutex_unlock(&ad->lock);
@@ -179,6 +258,8 @@ nd_status nd_mw_destroy(struct nd_mw *mw)
 	}
 	ad->nobjects--;
 	pthread_mutex_unlock(&ad->lock);
+	for (unsigned i = 0; i < ad->ntp; i++)
+		ad->tp[i]->mw_destroy(mw->tpriv[i]);
 	free(mw);
 	return ND_SUCCESS;
 }
@@ -189,7 +270,7 @@ nd_status nd_listen(struct nd_adapter *ad, const struct sockaddr *addr, socklen_
 		    int backlog, struct nd_listener **out)
 {
 	struct nd_listener *l;
-	int ret;
+	int ret = -EINVAL, ok = 0;
 
 	if (!ad || !addr || !out)
 		return ND_INVALID_PARAMETER;
@@ -197,8 +278,22 @@ nd_status nd_listen(struct nd_adapter *ad, const struct sockaddr *addr, socklen_
 	if (!l)
 		return ND_NO_MEMORY;
 	l->ad = ad;
-	ret = ad->tp->listen(l, addr, addrlen, backlog);
-	if (ret < 0) {
+	/*
+	 * An "auto" adapter listens wherever it can, since a peer may come
+	 * either way; a port taken on any of them is taken.
+	 */
+	for (unsigned i = 0; i < ad->ntp; i++) {
+		int r = ad->tp[i]->listen(l, &l->tpriv[i], addr, addrlen, backlog);
+
+		if (r == 0)
+			ok++;
+		else if (ret != -EADDRINUSE)
+			ret = r;
+	}
+	if (!ok || ret == -EADDRINUSE) {
+		for (unsigned i = 0; i < ad->ntp; i++)
+			if (l->tpriv[i])
+				ad->tp[i]->listen_close(l->tpriv[i]);
 		free(l);
 		return wsd_nd_from_errno(ret);
 	}
@@ -213,12 +308,69 @@ nd_status nd_listen_close(struct nd_listener *l)
 {
 	if (!l)
 		return ND_INVALID_PARAMETER;
-	l->ad->tp->listen_close(l);
+	for (unsigned i = 0; i < l->ad->ntp; i++)
+		if (l->tpriv[i])
+			l->ad->tp[i]->listen_close(l->tpriv[i]);
 	pthread_mutex_lock(&l->ad->lock);
 	l->ad->nobjects--;
 	pthread_mutex_unlock(&l->ad->lock);
 	free(l);
 	return ND_SUCCESS;
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait on every transport's listener at once; take a request from the first. */
+static int listen_get(struct nd_listener *l, int timeout_ms, struct nd_conn_request *req)
+{
+	struct nd_adapter *ad = l->ad;
+	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	unsigned only = WSD_MAX_TP, n = 0;
+
+	for (unsigned i = 0; i < ad->ntp; i++)
+		if (l->tpriv[i]) {
+			only = i;
+			n++;
+		}
+	if (n == 1) {
+		req->tpi = only;
+		return ad->tp[only]->listen_get(l, l->tpriv[only], timeout_ms, req);
+	}
+	for (;;) {
+		struct pollfd p[WSD_MAX_TP];
+		unsigned idx[WSD_MAX_TP];
+		int left = deadline < 0 ? -1 : (int)(deadline - mono_ms()), r;
+
+		if (deadline >= 0 && left < 0)
+			left = 0;
+		n = 0;
+		for (unsigned i = 0; i < ad->ntp; i++) {
+			if (!l->tpriv[i])
+				continue;
+			p[n].fd = ad->tp[i]->listen_fd(l->tpriv[i]);
+			p[n].events = POLLIN;
+			idx[n++] = i;
+		}
+		r = poll(p, n, left);
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (r == 0)
+			return -ETIMEDOUT;
+		for (unsigned k = 0; k < n && r > 0; k++) {
+			if (!(p[k].revents & POLLIN))
+				continue;
+			req->tpi = idx[k];
+			r = ad->tp[idx[k]]->listen_get(l, l->tpriv[idx[k]], 0, req);
+			if (r != -ETIMEDOUT)
+				return r;
+		}
+	}
 }
 
 nd_status nd_listen_get_request(struct nd_listener *l, int timeout_ms,
@@ -233,7 +385,7 @@ nd_status nd_listen_get_request(struct nd_listener *l, int timeout_ms,
 	if (!req)
 		return ND_NO_MEMORY;
 	req->ad = l->ad;
-	ret = l->ad->tp->listen_get(l, timeout_ms, req);
+	ret = listen_get(l, timeout_ms, req);
 	if (ret < 0) {
 		free(req);
 		return wsd_nd_from_errno(ret);
@@ -261,7 +413,7 @@ nd_status nd_conn_request_reject(struct nd_conn_request *req)
 {
 	if (!req)
 		return ND_INVALID_PARAMETER;
-	req->ad->tp->request_reject(req);
+	req->ad->tp[req->tpi]->request_reject(req);
 	free(req);
 	return ND_SUCCESS;
 }

@@ -70,6 +70,13 @@ nd_status nd_cq_destroy(struct nd_cq *cq)
 	return ND_SUCCESS;
 }
 
+/* The device reported a solicited event for this CQ (verbs): it fires. */
+void wsd_cq_solicited(struct nd_cq *cq)
+{
+	if (cq->armed)
+		cq->fired = true;
+}
+
 bool wsd_cq_full(const struct nd_cq *cq)
 {
 	return cq->count == cq->depth;
@@ -114,7 +121,8 @@ static void cq_progress(struct nd_cq *cq)
 	for (struct nd_ep *ep = cq->ad->eps; ep; ep = ep->next) {
 		if (ep->attr.inbound_cq != cq && ep->attr.outbound_cq != cq)
 			continue;
-		cq->ad->tp->progress(ep);
+		if (ep->state == EP_CONNECTED)
+			ep->tp->progress(ep);
 		wsd_ep_drain(ep);
 	}
 }
@@ -154,7 +162,8 @@ static int cq_arm(struct nd_cq *cq)
 
 	for (struct nd_ep *ep = cq->ad->eps; ep; ep = ep->next)
 		if (ep->attr.inbound_cq == cq || ep->attr.outbound_cq == cq)
-			busy |= cq->ad->tp->arm(ep, cq);
+			if (ep->state == EP_CONNECTED)
+				busy |= ep->tp->arm(ep, cq);
 	return busy;
 }
 

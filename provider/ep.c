@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "provider/internal.h"
 
@@ -70,7 +69,7 @@ void wsd_ep_terminate(struct nd_ep *ep)
 		}
 	}
 	ep->sq_exec = ep->sq_tail;
-	ep->ad->tp->disconnect(ep);
+	ep->tp->disconnect(ep);
 	wsd_cq_kick(ep->attr.inbound_cq);
 	wsd_cq_kick(ep->attr.outbound_cq);
 }
@@ -142,7 +141,8 @@ nd_status nd_ep_destroy(struct nd_ep *ep)
 			break;
 		}
 	}
-	ad->tp->ep_free(ep);
+	if (ep->tp)
+		ep->tp->ep_free(ep);
 	ad->nobjects--;
 	pthread_mutex_unlock(&ad->lock);
 	free(ep->sq);
@@ -153,14 +153,30 @@ nd_status nd_ep_destroy(struct nd_ep *ep)
 	return ND_SUCCESS;
 }
 
+/*
+ * Try each transport of the adapter in turn (shm first: it serves only a
+ * peer on this host, and says so at once otherwise); the first that
+ * connects serves the endpoint.
+ */
 nd_status nd_ep_connect(struct nd_ep *ep, const struct sockaddr *addr, socklen_t addrlen,
 			const void *priv, size_t plen, int timeout_ms)
 {
+	nd_status st = ND_CONNECTION_REFUSED;
+
 	if (!ep || !addr || (plen && !priv) || plen > ep->ad->info.private_data_length)
 		return ND_INVALID_PARAMETER;
 	if (ep->state != EP_IDLE || ep->tpriv)
 		return ND_INVALID_PARAMETER;
-	return ep->ad->tp->connect(ep, addr, addrlen, priv, plen, timeout_ms);
+	for (unsigned i = 0; i < ep->ad->ntp; i++) {
+		ep->tp = ep->ad->tp[i];
+		ep->tpi = i;
+		st = ep->tp->connect(ep, addr, addrlen, priv, plen, timeout_ms);
+		if (st == ND_SUCCESS || st == ND_TIMEOUT || st == ND_INVALID_PARAMETER)
+			break;
+	}
+	if (st != ND_SUCCESS)
+		ep->tp = NULL;
+	return st;
 }
 
 nd_status nd_ep_accept(struct nd_ep *ep, struct nd_conn_request *req, const void *priv,
@@ -171,14 +187,23 @@ nd_status nd_ep_accept(struct nd_ep *ep, struct nd_conn_request *req, const void
 	if (!ep || !req)
 		return ND_INVALID_PARAMETER;
 	if ((plen && !priv) || plen > ep->ad->info.private_data_length ||
-	    ep->state != EP_IDLE || ep->tpriv) {
-		req->ad->tp->request_reject(req);
+	    ep->state != EP_IDLE || ep->tpriv || req->ad != ep->ad) {
+		req->ad->tp[req->tpi]->request_reject(req);
 		free(req);
 		return ND_INVALID_PARAMETER;
 	}
-	st = ep->ad->tp->accept(ep, req, priv, plen, timeout_ms);
+	ep->tp = ep->ad->tp[req->tpi];
+	ep->tpi = req->tpi;
+	st = ep->tp->accept(ep, req, priv, plen, timeout_ms);
+	if (st != ND_SUCCESS)
+		ep->tp = NULL;
 	free(req);
 	return st;
+}
+
+const char *nd_ep_transport(struct nd_ep *ep)
+{
+	return ep && ep->tp && ep->state != EP_IDLE ? ep->tp->name : NULL;
 }
 
 nd_status nd_ep_peer_data(struct nd_ep *ep, void *buf, size_t *len)
@@ -255,7 +280,7 @@ static void sq_kick(struct nd_ep *ep, uint32_t flags)
 		return;
 	for (uint64_t i = ep->sq_exec; i < ep->sq_tail; i++)
 		ep->sq[i % ep->attr.outbound_entries].deferred = false;
-	ep->ad->tp->progress(ep);
+	ep->tp->progress(ep);
 	wsd_ep_drain(ep);
 }
 
@@ -329,7 +354,7 @@ nd_status nd_ep_receive(struct nd_ep *ep, void *context, const struct nd_sge *sg
 			memcpy(pool, sgl, nsge * sizeof(*sgl));
 		ep->rq_tail++;
 		if (ep->state == EP_CONNECTED) {
-			ep->ad->tp->progress(ep);
+			ep->tp->progress(ep);
 			wsd_ep_drain(ep);
 		}
 	}
@@ -363,7 +388,7 @@ static nd_status rdma_post(struct nd_ep *ep, struct nd_wr *t, const struct nd_sg
 			return st;
 	}
 	if (nsge <= ep->attr.outbound_sge && len <= ep->ad->info.max_transfer_length) {
-		st = ep->ad->tp->remote_check(ep, t->remote_addr, len, t->remote_token,
+		st = ep->tp->remote_check(ep, t->remote_addr, len, t->remote_token,
 					      t->op == ND_OP_READ ? ND_OP_FLAG_ALLOW_READ :
 								    ND_OP_FLAG_ALLOW_WRITE);
 		if (st != ND_SUCCESS)
@@ -452,10 +477,8 @@ nd_status nd_ep_bind(struct nd_ep *ep, void *context, struct nd_mr *mr, struct n
 	} else if (ep->windows_bound >= ep->ad->info.max_windows) {
 		st = ND_INSUFFICIENT_RESOURCES;
 	} else {
-		uint64_t token;
+		uint64_t token = ep->tp->mw_token(mw->tpriv[ep->tpi]);
 
-		while (getrandom(&token, sizeof(token), 0) != sizeof(token))
-			;
 		t.bind_flags = flags & (ND_OP_FLAG_ALLOW_READ | ND_OP_FLAG_ALLOW_WRITE);
 		mw->desc = (struct nd_mw_descriptor){ .base = a, .length = length,
 						      .token = token };

@@ -16,6 +16,8 @@
 
 struct nd_transport;
 
+#define WSD_MAX_TP 2   /* transports one adapter can drive: shm, verbs */
+
 /*
  * One mutex per adapter guards every object made from it.  The data path
  * holds it only for bookkeeping, never across a sleep, and a single lock
@@ -23,8 +25,11 @@ struct nd_transport;
  */
 struct nd_adapter {
 	pthread_mutex_t lock;
-	const struct nd_transport *tp;
-	struct nd_adapter_info info;
+	/* transports in the order connect tries them; "auto" has every one */
+	const struct nd_transport *tp[WSD_MAX_TP];
+	void *tpriv[WSD_MAX_TP];       /* each transport's device state */
+	unsigned ntp;
+	struct nd_adapter_info info;   /* the tightest limits of those transports */
 	unsigned nobjects;             /* CQs, MRs, MWs, EPs, listeners alive */
 	struct nd_ep *eps;             /* all endpoints */
 	/* counters */
@@ -50,6 +55,7 @@ struct nd_mr {
 	uint32_t flags;
 	bool valid;                    /* false after a read with local invalidate */
 	unsigned windows;              /* windows bound into it */
+	void *tpriv[WSD_MAX_TP];       /* e.g. the verbs registration */
 };
 
 struct nd_mw {
@@ -59,6 +65,7 @@ struct nd_mw {
 	uint32_t slot;
 	void *bind_context;
 	struct nd_mw_descriptor desc;
+	void *tpriv[WSD_MAX_TP];       /* e.g. the verbs window */
 };
 
 enum ep_state {
@@ -100,6 +107,8 @@ struct nd_rwr {
 
 struct nd_ep {
 	struct nd_adapter *ad;
+	const struct nd_transport *tp; /* chosen at connect/accept */
+	unsigned tpi;                  /* its index in ad->tp[] */
 	struct nd_ep *next;            /* adapter's list */
 	struct nd_ep_attr attr;
 	enum ep_state state;
@@ -119,11 +128,12 @@ struct nd_ep {
 
 struct nd_listener {
 	struct nd_adapter *ad;
-	void *tpriv;
+	void *tpriv[WSD_MAX_TP];       /* NULL where that transport does not listen */
 };
 
 struct nd_conn_request {
 	struct nd_adapter *ad;
+	unsigned tpi;                  /* the transport it came in on */
 	unsigned char data[256];
 	size_t len;
 	void *tpriv;
@@ -138,12 +148,23 @@ struct nd_conn_request {
  */
 struct nd_transport {
 	const char *name;
-	struct nd_adapter_info caps;
-	int (*listen)(struct nd_listener *l, const struct sockaddr *addr, socklen_t len,
-		      int backlog);
-	void (*listen_close)(struct nd_listener *l);
+	/* device: fill caps from the device; -ENODEV when there is none */
+	int (*adapter_open)(void **priv, struct nd_adapter_info *caps);
+	void (*adapter_close)(void *priv);
+	/* memory: per-transport state of a region or window (may stay NULL) */
+	int (*mr_register)(void *adpriv, struct nd_mr *mr, void **priv);
+	void (*mr_deregister)(void *priv);
+	int (*mw_create)(void *adpriv, void **priv);
+	void (*mw_destroy)(void *priv);
+	/* the token a bind of this window will carry */
+	uint64_t (*mw_token)(void *mwpriv);
+	int (*listen)(struct nd_listener *l, void **priv, const struct sockaddr *addr,
+		      socklen_t len, int backlog);
+	void (*listen_close)(void *priv);
+	int (*listen_fd)(void *priv);
 	/* returns 0, -ETIMEDOUT, or -errno; fills req */
-	int (*listen_get)(struct nd_listener *l, int timeout_ms, struct nd_conn_request *req);
+	int (*listen_get)(struct nd_listener *l, void *priv, int timeout_ms,
+			  struct nd_conn_request *req);
 	void (*request_reject)(struct nd_conn_request *req);
 	/* return an nd_status (setup has more outcomes than errno says well) */
 	nd_status (*connect)(struct nd_ep *ep, const struct sockaddr *addr, socklen_t len,
@@ -165,7 +186,16 @@ struct nd_transport {
 				  uint64_t token, uint32_t access);
 };
 
+/* Shared stubs: an op with nothing to do, and an op a transport lacks. */
+WSD_HIDDEN int wsd_tp_none(void *adpriv, void **priv);
+WSD_HIDDEN void wsd_tp_none_free(void *priv);
+WSD_HIDDEN int wsd_tp_none_mr(void *adpriv, struct nd_mr *mr, void **priv);
+WSD_HIDDEN nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len,
+				      uint64_t token, uint32_t access);
+
+
 WSD_HIDDEN extern const struct nd_transport wsd_transport_shm;
+WSD_HIDDEN extern const struct nd_transport wsd_transport_verbs;
 WSD_HIDDEN const struct nd_transport *wsd_transport_find(const char *name);
 
 /* status.c: -errno to nd_status, in one table */
@@ -180,6 +210,7 @@ WSD_HIDDEN void wsd_mw_unbind(struct nd_mw *mw);
 WSD_HIDDEN nd_status wsd_sge_check(const struct nd_sge *sge, uint32_t need);
 WSD_HIDDEN void wsd_sge_to_iov(const struct nd_sge *sgl, uint32_t nsge, struct iovec *iov);
 WSD_HIDDEN void wsd_mr_local_invalidate(struct nd_mr *mr);
+WSD_HIDDEN void wsd_cq_solicited(struct nd_cq *cq);
 WSD_HIDDEN int wsd_cq_attach(struct nd_cq *cq, int fd);
 WSD_HIDDEN void wsd_cq_detach(struct nd_cq *cq, int fd);
 WSD_HIDDEN void wsd_cq_kick(struct nd_cq *cq);

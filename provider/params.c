@@ -8,6 +8,8 @@
 static const struct wsd_param params[] = {
 	{ "WSD_TRANSPORT", "string", "auto",
 	  "transport for adapters opened without a name: auto, shm or verbs" },
+	{ "WSD_VERBS_DEVICE", "string", "",
+	  "RDMA device the verbs transport uses (empty: the first one)" },
 	{ "WSD_SPIN_US", "integer", "50",
 	  "microseconds a waiter polls (yielding between polls) before it sleeps" },
 	{ "WSD_SHM_RING_SIZE", "integer", "262144",

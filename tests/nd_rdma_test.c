@@ -184,6 +184,17 @@ START_TEST(read_by_address_token)
 	ck_status(r.status, ND_SUCCESS);
 	ck_assert_ptr_eq(r.request_context, (void *)0xc0ffee);
 	ck_assert(pattern_ok(s.buf, 12345, 4096));
+	if (t_verbs()) {
+		/*
+		 * The device checks the range when the read arrives: a remote
+		 * access error, which ends the connection.
+		 */
+		ck_status(nd_ep_read_token(s.ep, NULL, &g, 1, d.base + WIN_LEN - 100, d.token, 0),
+			  ND_SUCCESS);
+		ck_status(t_wait(s.ocq, 5000).status, ND_ACCESS_VIOLATION);
+		finish(&s);
+		return;
+	}
 	/* past the end of the memory the token names: refused at once */
 	ck_status(nd_ep_read_token(s.ep, NULL, &g, 1, d.base + WIN_LEN - 100, d.token, 0),
 		  ND_REMOTE_ERROR);
@@ -205,15 +216,22 @@ START_TEST(read_past_window)
 	g = t_sge(&s, 0, 4096);
 	ck_status(nd_ep_read(s.ep, NULL, &g, 1, &d, WIN_LEN - 4095, 0), ND_REMOTE_ERROR);
 	ck_status(nd_ep_read(s.ep, NULL, &g, 1, &d, UINT64_MAX - 10, 0), ND_REMOTE_ERROR);
-	/* a descriptor that claims more than the owner bound */
-	forged = d;
-	forged.length = 2 * WIN_LEN;
-	ck_status(nd_ep_read(s.ep, NULL, &g, 1, &forged, WIN_LEN, 0), ND_REMOTE_ERROR);
 	ck_assert(t_quiet(s.ocq, 20));
 	/* the connection is intact */
 	ck_status(nd_ep_read(s.ep, NULL, &g, 1, &d, WIN_LEN - 4096, 0), ND_SUCCESS);
 	ck_status(t_wait(s.ocq, 5000).status, ND_SUCCESS);
 	ck_assert(pattern_ok(s.buf, WIN_LEN - 4096, 4096));
+	/* a descriptor that claims more than the owner bound */
+	forged = d;
+	forged.length = 2 * WIN_LEN;
+	if (t_verbs()) {
+		/* only the device knows the real extent: it refuses the read */
+		ck_status(nd_ep_read(s.ep, NULL, &g, 1, &forged, WIN_LEN, 0), ND_SUCCESS);
+		ck_status(t_wait(s.ocq, 5000).status, ND_ACCESS_VIOLATION);
+	} else {
+		ck_status(nd_ep_read(s.ep, NULL, &g, 1, &forged, WIN_LEN, 0), ND_REMOTE_ERROR);
+		ck_assert(t_quiet(s.ocq, 20));
+	}
 	finish(&s);
 }
 END_TEST
@@ -344,6 +362,13 @@ static int peer_bad_invalidate(struct tside *s, void *arg)
 	PEER_CHECK(nd_ep_receive(s->ep, (void *)0x61, &g, 1) == ND_SUCCESS);
 	oob_sync(s);
 	r = t_wait(s->icq, 5000);
+	if (t_verbs()) {
+		/* the device fails the receive without saying it was the invalidate */
+		PEER_CHECK(r.op == ND_OP_RECEIVE && r.status != ND_SUCCESS &&
+			   r.request_context == (void *)0x61);
+		oob_sync(s);
+		return 0;
+	}
 	PEER_CHECK(r.op == ND_OP_REMOTE_INVALIDATE && r.status == ND_INVALIDATION_ERROR);
 	r = t_wait(s->icq, 5000);
 	PEER_CHECK(r.op == ND_OP_RECEIVE && r.status == ND_INVALIDATION_ERROR &&
@@ -364,7 +389,10 @@ START_TEST(send_and_invalidate_unbound)
 	g = t_sge(&s, 0, 8);
 	ck_status(nd_ep_send_invalidate(s.ep, NULL, &g, 1, &d, 0), ND_SUCCESS);
 	oob_sync(&s);
-	ck_status(t_wait(s.ocq, 5000).status, ND_REMOTE_ERROR);
+	if (t_verbs())
+		ck_assert(t_wait(s.ocq, 5000).status != ND_SUCCESS);
+	else
+		ck_status(t_wait(s.ocq, 5000).status, ND_REMOTE_ERROR);
 	ck_assert_int_eq(pair_finish(&s), 0);
 	tside_close(&s);
 }
@@ -473,7 +501,8 @@ START_TEST(read_into_unmapped)
 	munmap(p, 8192);
 	g = (struct nd_sge){ p, 8192, mr };
 	ck_status(nd_ep_read(s.ep, NULL, &g, 1, &d, 0, 0), ND_SUCCESS);
-	ck_status(t_wait(s.ocq, 5000).status, ND_FAILURE);
+	/* verbs pinned the pages when they were registered: they still take data */
+	ck_status(t_wait(s.ocq, 5000).status, t_verbs() ? ND_SUCCESS : ND_FAILURE);
 	ck_status(nd_mr_deregister(mr), ND_SUCCESS);
 	finish(&s);
 }
@@ -509,7 +538,9 @@ START_TEST(read_local_invalidate)
 
 	start_window(&s, ND_OP_FLAG_ALLOW_READ, &d);
 	nd_adapter_query(s.ad, &info);
-	ck_assert(info.flags & ND_ADAPTER_FLAG_RDMA_READ_LOCAL_INVALIDATE_SUPPORTED);
+	/* shm has it; verbs has no such work request, so the flag is ignored */
+	ck_assert((!(info.flags & ND_ADAPTER_FLAG_RDMA_READ_LOCAL_INVALIDATE_SUPPORTED)) ==
+		  t_verbs());
 	ck_status(nd_mr_register(s.ad, s.buf, 8192, ND_MR_FLAG_ALLOW_LOCAL_WRITE, &mr), ND_SUCCESS);
 	g = (struct nd_sge){ s.buf, 4096, mr };
 	ck_status(nd_ep_read(s.ep, NULL, &g, 1, &d, 0, ND_OP_FLAG_RDMA_READ_LOCAL_INVALIDATE),
@@ -517,7 +548,7 @@ START_TEST(read_local_invalidate)
 	ck_status(t_wait(s.ocq, 5000).status, ND_SUCCESS);
 	ck_assert(pattern_ok(s.buf, 0, 4096));
 	ck_status(nd_ep_read(s.ep, NULL, &g, 1, &d, 0, 0), ND_SUCCESS);
-	ck_status(t_wait(s.ocq, 5000).status, ND_ACCESS_VIOLATION);
+	ck_status(t_wait(s.ocq, 5000).status, t_verbs() ? ND_SUCCESS : ND_ACCESS_VIOLATION);
 	ck_status(nd_mr_deregister(mr), ND_SUCCESS);
 	finish(&s);
 }
@@ -584,6 +615,9 @@ START_TEST(read_from_killed_peer)
 	ck_assert(waitpid(s.peer, &status, 0) == s.peer);
 	ck_status(nd_ep_read(s.ep, (void *)2, &g, 1, &d, 0, 0), ND_SUCCESS);
 	r = t_wait(s.ocq, 5000);
+	/* on verbs the peer's death may reach us first as a disconnect: a flush */
+	if (t_verbs() && r.status == ND_CANCELED)
+		r.status = ND_TIMEOUT;
 	ck_status(r.status, ND_TIMEOUT);
 	r = t_wait(s.icq, 5000);
 	ck_status(r.status, ND_CANCELED);

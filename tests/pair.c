@@ -22,6 +22,11 @@ const char *t_transport(void)
 	return t && *t ? t : "shm";
 }
 
+int t_verbs(void)
+{
+	return !strcmp(t_transport(), "verbs");
+}
+
 struct sockaddr_in t_addr(uint16_t port)
 {
 	const char *a = getenv("WSD_TEST_ADDR");

@@ -32,6 +32,8 @@ typedef int (*peer_fn)(struct tside *s, void *arg);
 extern int t_is_peer;
 extern uint32_t t_cq_depth;   /* for CQs made after it is set */      /* set in the forked peer */
 const char *t_transport(void);
+/* The verbs transport, where the device, not software, checks remote access. */
+int t_verbs(void);
 /* Defaults: 64 entries, 4 SGEs each way, read limit 4; attr may override. */
 void tside_open(struct tside *s, const struct nd_ep_attr *attr);
 void tside_close(struct tside *s);

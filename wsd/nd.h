@@ -178,6 +178,7 @@ nd_status nd_ep_accept(struct nd_ep *ep, struct nd_conn_request *req,
 		       const void *private_data, size_t private_len, int timeout_ms);
 nd_status nd_ep_disconnect(struct nd_ep *ep);
 nd_status nd_ep_peer_data(struct nd_ep *ep, void *buf, size_t *len);
+const char *nd_ep_transport(struct nd_ep *ep);
 
 nd_status nd_listen(struct nd_adapter *adapter, const struct sockaddr *addr,
 		    socklen_t addrlen, int backlog, struct nd_listener **listener);

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -166,6 +167,39 @@ static int sock_name(const struct sockaddr *addr, socklen_t len, struct sockaddr
 	return 0;
 }
 
+/* shm serves only peers on this host: is addr one of its addresses? */
+static int addr_is_local(const struct sockaddr *addr, socklen_t len)
+{
+	struct sockaddr_storage ss;
+	int fd, ok;
+
+	if (len > sizeof(ss))
+		return 0;
+	memcpy(&ss, addr, len);
+	if (ss.ss_family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+		uint32_t a = ntohl(in->sin_addr.s_addr);
+
+		if ((a >> 24) == 127 || a == INADDR_ANY)
+			return 1;
+		in->sin_port = 0;
+	} else if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+
+		if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) || IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+			return 1;
+		in6->sin6_port = 0;
+	} else {
+		return 0;
+	}
+	fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	ok = bind(fd, (struct sockaddr *)&ss, len) == 0;
+	close(fd);
+	return ok;
+}
+
 static int send_ctl(int sock, const struct shm_ctl *m, const int *fds, int nfds)
 {
 	union {
@@ -272,8 +306,8 @@ static int access_check(int sock, uint64_t probe_addr, pid_t *pid)
 	return 0;
 }
 
-static int listen_op(struct nd_listener *l, const struct sockaddr *addr, socklen_t len,
-		     int backlog)
+static int listen_op(struct nd_listener *l, void **priv, const struct sockaddr *addr,
+		     socklen_t len, int backlog)
 {
 	struct shm_listener *sl;
 	struct sockaddr_un un;
@@ -285,7 +319,7 @@ static int listen_op(struct nd_listener *l, const struct sockaddr *addr, socklen
 	sl = calloc(1, sizeof(*sl));
 	if (!sl)
 		return -ENOMEM;
-	sl->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	sl->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (sl->fd < 0 || bind(sl->fd, (struct sockaddr *)&un, unlen) < 0 ||
 	    listen(sl->fd, backlog > 0 ? backlog : 16) < 0) {
 		ret = -errno;
@@ -294,16 +328,22 @@ static int listen_op(struct nd_listener *l, const struct sockaddr *addr, socklen
 		free(sl);
 		return ret;
 	}
-	l->tpriv = sl;
+	(void)l;
+	*priv = sl;
 	return 0;
 }
 
-static void listen_close_op(struct nd_listener *l)
+static void listen_close_op(void *priv)
 {
-	struct shm_listener *sl = l->tpriv;
+	struct shm_listener *sl = priv;
 
 	close(sl->fd);
 	free(sl);
+}
+
+static int listen_fd_op(void *priv)
+{
+	return ((struct shm_listener *)priv)->fd;
 }
 
 static void reject_sock(int sock, nd_status why)
@@ -332,9 +372,10 @@ static int remaining(int64_t deadline)
 	return left > 0 ? (int)left : 0;
 }
 
-static int listen_get_op(struct nd_listener *l, int timeout_ms, struct nd_conn_request *req)
+static int listen_get_op(struct nd_listener *l, void *priv, int timeout_ms,
+			 struct nd_conn_request *req)
 {
-	struct shm_listener *sl = l->tpriv;
+	struct shm_listener *sl = priv;
 	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
 
 	for (;;) {
@@ -344,12 +385,13 @@ static int listen_get_op(struct nd_listener *l, int timeout_ms, struct nd_conn_r
 		ret = wait_readable(sl->fd, remaining(deadline));
 		if (ret < 0)
 			return ret;
-		sock = accept4(sl->fd, NULL, NULL, SOCK_CLOEXEC);
+		sock = accept4(sl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (sock < 0) {
 			if (errno == EAGAIN || errno == ECONNABORTED || errno == EINTR)
 				continue;
 			return -errno;
 		}
+		(void)fcntl(sock, F_SETFL, 0);
 		r = calloc(1, sizeof(*r));
 		if (!r) {
 			close(sock);
@@ -421,10 +463,17 @@ static nd_status conn_go_live(struct nd_ep *ep, struct shm_conn *c, const struct
 	}
 	ep->tpriv = c;
 	ep->state = EP_CONNECTED;
-	ep->ad->tp->progress(ep);   /* messages may already wait in the ring */
+	shm_progress(ep);   /* messages may already wait in the ring */
 	wsd_ep_drain(ep);
 	pthread_mutex_unlock(&ep->ad->lock);
 	return ND_SUCCESS;
+}
+
+static uint32_t windows_param(void)
+{
+	long w = wsd_param_long("WSD_SHM_WINDOWS");
+
+	return w > 0 && w <= 65536 ? (uint32_t)w : 256;
 }
 
 static uint32_t ring_size_param(void)
@@ -449,12 +498,14 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 
 	if (sock_name(addr, len, &un, &unlen) < 0)
 		return ND_INVALID_PARAMETER;
+	if (!addr_is_local(addr, len))
+		return ND_CONNECTION_REFUSED;   /* another host: not ours to serve */
 	c = conn_new();
 	if (!c)
 		return ND_NO_MEMORY;
 	m.features = shm_features();
 	m.ring_size = ring_size_param();
-	m.nwindows = ep->ad->info.max_windows;
+	m.nwindows = windows_param();
 	m.probe_addr = (uintptr_t)&probe_byte;
 	m.read_limit = ep->attr.inbound_read_limit;
 	m.plen = (uint32_t)plen;
@@ -591,6 +642,43 @@ fail:
 	return st;
 }
 
+static const struct nd_adapter_info shm_caps = {
+	.transport = "shm",
+	.flags = ND_ADAPTER_FLAG_RDMA_READ_LOCAL_INVALIDATE_SUPPORTED |
+		 ND_ADAPTER_FLAG_MEMORY_WINDOWS,
+	.max_inbound_sge = 32,
+	.max_outbound_sge = 32,
+	.max_inbound_requests = 16384,
+	.max_outbound_requests = 16384,
+	.max_cq_entries = 65536,
+	.max_inbound_read_limit = 128,
+	.max_transfer_length = 1ull << 30,
+	.max_registration_size = 1ull << 40,
+	.max_window_size = 1ull << 40,
+	.max_windows = 256,
+	.private_data_length = SHM_PRIV_MAX,
+	.rdma_threshold = 65536,
+};
+
+static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
+{
+	*priv = NULL;
+	*caps = shm_caps;
+	caps->max_windows = windows_param();
+	return 0;
+}
+
+/* 64 unguessable bits, new at every bind. */
+static uint64_t mw_token_op(void *mwpriv)
+{
+	uint64_t token;
+
+	(void)mwpriv;
+	while (getrandom(&token, sizeof(token), 0) != sizeof(token))
+		;
+	return token;
+}
+
 static void ep_free_op(struct nd_ep *ep)
 {
 	shm_conn_free(ep->tpriv);
@@ -599,25 +687,16 @@ static void ep_free_op(struct nd_ep *ep)
 
 const struct nd_transport wsd_transport_shm = {
 	.name = "shm",
-	.caps = {
-		.transport = "shm",
-		.flags = ND_ADAPTER_FLAG_RDMA_READ_LOCAL_INVALIDATE_SUPPORTED |
-			 ND_ADAPTER_FLAG_MEMORY_WINDOWS,
-		.max_inbound_sge = 32,
-		.max_outbound_sge = 32,
-		.max_inbound_requests = 16384,
-		.max_outbound_requests = 16384,
-		.max_cq_entries = 65536,
-		.max_inbound_read_limit = 128,
-		.max_transfer_length = 1ull << 30,
-		.max_registration_size = 1ull << 40,
-		.max_window_size = 1ull << 40,
-		.max_windows = 256,
-		.private_data_length = SHM_PRIV_MAX,
-		.rdma_threshold = 65536,
-	},
+	.adapter_open = adapter_open_op,
+	.adapter_close = wsd_tp_none_free,
+	.mr_register = wsd_tp_none_mr,
+	.mr_deregister = wsd_tp_none_free,
+	.mw_create = wsd_tp_none,
+	.mw_destroy = wsd_tp_none_free,
+	.mw_token = mw_token_op,
 	.listen = listen_op,
 	.listen_close = listen_close_op,
+	.listen_fd = listen_fd_op,
 	.listen_get = listen_get_op,
 	.request_reject = request_reject_op,
 	.connect = connect_op,

@@ -1,0 +1,589 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * verbs: the device, registrations, windows, and connection setup by
+ * rdma_cm.  Private data carries a small header (magic, version, the
+ * sender's inbound read limit) ahead of the caller's bytes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "provider/verbs/verbs.h"
+
+/* ---- device ------------------------------------------------------------ */
+
+static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
+{
+	const char *want = wsd_param_str("WSD_VERBS_DEVICE");
+	struct vb_adapter *va;
+	struct ibv_port_attr port;
+	int n = 0;
+
+	va = calloc(1, sizeof(*va));
+	if (!va)
+		return -ENOMEM;
+	va->devs = rdma_get_devices(&n);
+	for (int i = 0; va->devs && i < n && !va->ctx; i++)
+		if (!*want || !strcmp(want, ibv_get_device_name(va->devs[i]->device)))
+			va->ctx = va->devs[i];
+	if (!va->ctx || ibv_query_device(va->ctx, &va->attr) ||
+	    !(va->pd = ibv_alloc_pd(va->ctx))) {
+		if (va->devs)
+			rdma_free_devices(va->devs);
+		free(va);
+		return -ENODEV;
+	}
+	if (ibv_query_port(va->ctx, 1, &port))
+		port.max_msg_sz = 1u << 30;
+	va->windows = va->attr.max_mw > 0 &&
+		      (va->attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+						    IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+	memset(caps, 0, sizeof(*caps));
+	strcpy(caps->transport, "verbs");
+	caps->flags = va->windows ? ND_ADAPTER_FLAG_MEMORY_WINDOWS : 0;
+	caps->max_inbound_sge = caps->max_outbound_sge =
+		(uint32_t)(va->attr.max_sge < 32 ? va->attr.max_sge : 32);
+	/* leave room in the send queue for nothing else: every request is the caller's */
+	caps->max_inbound_requests = caps->max_outbound_requests =
+		(uint32_t)(va->attr.max_qp_wr < 16384 ? va->attr.max_qp_wr : 16384);
+	caps->max_cq_entries = (uint32_t)(va->attr.max_cqe < 65536 ? va->attr.max_cqe : 65536);
+	caps->max_inbound_read_limit = (uint32_t)va->attr.max_qp_rd_atom;
+	caps->max_transfer_length = port.max_msg_sz < (1u << 30) ? port.max_msg_sz : 1u << 30;
+	caps->max_registration_size = va->attr.max_mr_size;
+	caps->max_window_size = va->attr.max_mr_size;
+	caps->max_windows = (uint32_t)(va->attr.max_mw < 65536 ? va->attr.max_mw : 65536);
+	caps->private_data_length = VB_PRIV_MAX;
+	caps->rdma_threshold = 65536;
+	*priv = va;
+	return 0;
+}
+
+static void adapter_close_op(void *priv)
+{
+	struct vb_adapter *va = priv;
+
+	ibv_dealloc_pd(va->pd);
+	rdma_free_devices(va->devs);
+	free(va);
+}
+
+static int mr_register_op(void *adpriv, struct nd_mr *mr, void **priv)
+{
+	struct vb_adapter *va = adpriv;
+	int access = va->windows ? IBV_ACCESS_MW_BIND : 0;
+	struct ibv_mr *m;
+
+	/* the device wants local write wherever remote write may happen */
+	if (mr->flags & (ND_MR_FLAG_ALLOW_LOCAL_WRITE | ND_MR_FLAG_ALLOW_REMOTE_WRITE))
+		access |= IBV_ACCESS_LOCAL_WRITE;
+	if (mr->flags & ND_MR_FLAG_ALLOW_REMOTE_READ)
+		access |= IBV_ACCESS_REMOTE_READ;
+	if (mr->flags & ND_MR_FLAG_ALLOW_REMOTE_WRITE)
+		access |= IBV_ACCESS_REMOTE_WRITE;
+	m = ibv_reg_mr(va->pd, (void *)mr->addr, mr->length, access);
+	if (!m)
+		return errno ? -errno : -ENOMEM;
+	*priv = m;
+	return 0;
+}
+
+static void mr_deregister_op(void *priv)
+{
+	ibv_dereg_mr(priv);
+}
+
+static int mw_create_op(void *adpriv, void **priv)
+{
+	struct vb_adapter *va = adpriv;
+	struct vb_mw *w;
+
+	if (!va->windows)
+		return -EOPNOTSUPP;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->mw = ibv_alloc_mw(va->pd, IBV_MW_TYPE_2);
+	if (!w->mw) {
+		free(w);
+		return errno ? -errno : -ENOMEM;
+	}
+	w->rkey = w->mw->rkey;
+	*priv = w;
+	return 0;
+}
+
+static void mw_destroy_op(void *priv)
+{
+	struct vb_mw *w = priv;
+
+	ibv_dealloc_mw(w->mw);
+	free(w);
+}
+
+/* A type 2 bind names its new rkey: the same index, the next key byte. */
+static uint64_t mw_token_op(void *mwpriv)
+{
+	struct vb_mw *w = mwpriv;
+
+	w->rkey = ibv_inc_rkey(w->rkey);
+	return w->rkey;
+}
+
+/* ---- rdma_cm events ---------------------------------------------------- */
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return fl < 0 ? -errno : fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
+}
+
+/* The next event on ch within the deadline (-1: none): 0, -ETIMEDOUT or -errno. */
+static int next_event(struct rdma_event_channel *ch, int64_t deadline,
+		      struct rdma_cm_event **ev)
+{
+	for (;;) {
+		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+		int left = deadline < 0 ? -1 : (int)(deadline - mono_ms());
+		int r;
+
+		if (rdma_get_cm_event(ch, ev) == 0)
+			return 0;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if (deadline >= 0 && left <= 0)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, left);
+		if (r < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+static struct rdma_event_channel *channel_new(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+
+	if (ch && nonblock(ch->fd) < 0) {
+		rdma_destroy_event_channel(ch);
+		return NULL;
+	}
+	return ch;
+}
+
+/* ---- listening ----------------------------------------------------------- */
+
+struct vb_listener {
+	struct vb_adapter *va;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+};
+
+struct vb_request {
+	struct rdma_cm_id *id;
+	uint32_t peer_read_limit;
+	uint8_t initiator_depth, responder_resources;
+};
+
+static int listen_op(struct nd_listener *l, void **priv, const struct sockaddr *addr,
+		     socklen_t len, int backlog)
+{
+	struct vb_listener *vl = calloc(1, sizeof(*vl));
+	int ret = -ENOMEM;
+
+	(void)len;
+	if (!vl)
+		return ret;
+	for (unsigned i = 0; i < l->ad->ntp; i++)
+		if (l->ad->tp[i] == &wsd_transport_verbs)
+			vl->va = l->ad->tpriv[i];
+	vl->ch = channel_new();
+	if (!vl->ch || rdma_create_id(vl->ch, &vl->id, NULL, RDMA_PS_TCP)) {
+		ret = errno ? -errno : -ENOMEM;
+		goto fail;
+	}
+	if (rdma_bind_addr(vl->id, (struct sockaddr *)addr)) {
+		ret = -errno;
+		goto fail;
+	}
+	/* a listener bound to an address of another device is of no use */
+	if (vl->id->verbs && vl->id->verbs != vl->va->ctx) {
+		ret = -EADDRNOTAVAIL;
+		goto fail;
+	}
+	if (rdma_listen(vl->id, backlog > 0 ? backlog : 16)) {
+		ret = -errno;
+		goto fail;
+	}
+	*priv = vl;
+	return 0;
+fail:
+	if (vl->id)
+		rdma_destroy_id(vl->id);
+	if (vl->ch)
+		rdma_destroy_event_channel(vl->ch);
+	free(vl);
+	return ret;
+}
+
+static void listen_close_op(void *priv)
+{
+	struct vb_listener *vl = priv;
+
+	rdma_destroy_id(vl->id);
+	rdma_destroy_event_channel(vl->ch);
+	free(vl);
+}
+
+static int listen_fd_op(void *priv)
+{
+	return ((struct vb_listener *)priv)->ch->fd;
+}
+
+static int hello_ok(const void *data, uint8_t len, struct vb_hello *h)
+{
+	if (!data || len < sizeof(*h))
+		return 0;
+	memcpy(h, data, sizeof(*h));
+	return h->magic == VB_MAGIC && h->version == VB_VERSION &&
+	       h->plen <= len - sizeof(*h) && h->plen <= VB_PRIV_MAX;
+}
+
+static int listen_get_op(struct nd_listener *l, void *priv, int timeout_ms,
+			 struct nd_conn_request *req)
+{
+	struct vb_listener *vl = priv;
+	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+
+	(void)l;
+	for (;;) {
+		struct rdma_cm_event *ev;
+		struct vb_hello h;
+		struct vb_request *vr;
+		int ret = next_event(vl->ch, deadline, &ev);
+
+		if (ret < 0)
+			return ret;
+		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+			rdma_ack_cm_event(ev);
+			continue;
+		}
+		vr = calloc(1, sizeof(*vr));
+		if (!vr || ev->id->verbs != vl->va->ctx ||
+		    !hello_ok(ev->param.conn.private_data, ev->param.conn.private_data_len, &h)) {
+			/* not ours to serve: another device, or not a wsd peer */
+			rdma_reject(ev->id, NULL, 0);
+			rdma_destroy_id(ev->id);
+			rdma_ack_cm_event(ev);
+			free(vr);
+			continue;
+		}
+		vr->id = ev->id;
+		vr->peer_read_limit = h.read_limit;
+		vr->initiator_depth = ev->param.conn.initiator_depth;
+		vr->responder_resources = ev->param.conn.responder_resources;
+		req->len = h.plen;
+		memcpy(req->data, (const uint8_t *)ev->param.conn.private_data + sizeof(h), h.plen);
+		req->tpriv = vr;
+		rdma_ack_cm_event(ev);
+		return 0;
+	}
+}
+
+static void request_reject_op(struct nd_conn_request *req)
+{
+	struct vb_request *vr = req->tpriv;
+
+	rdma_reject(vr->id, NULL, 0);
+	rdma_destroy_id(vr->id);
+	free(vr);
+}
+
+/* ---- connection ---------------------------------------------------------- */
+
+static struct vb_adapter *ep_adapter(struct nd_ep *ep)
+{
+	return ep->ad->tpriv[ep->tpi];
+}
+
+static void conn_free(struct vb_conn *vc)
+{
+	if (vc->id && vc->id->qp)
+		rdma_destroy_qp(vc->id);
+	if (vc->scq_events)
+		ibv_ack_cq_events(vc->scq, vc->scq_events);
+	if (vc->rcq_events)
+		ibv_ack_cq_events(vc->rcq, vc->rcq_events);
+	if (vc->scq)
+		ibv_destroy_cq(vc->scq);
+	if (vc->rcq)
+		ibv_destroy_cq(vc->rcq);
+	if (vc->cc)
+		ibv_destroy_comp_channel(vc->cc);
+	if (vc->id)
+		rdma_destroy_id(vc->id);
+	if (vc->ch)
+		rdma_destroy_event_channel(vc->ch);
+	free(vc->mws);
+	free(vc->rq_status);
+	free(vc);
+}
+
+/* CQs and the QP on id, and the receives posted before the connection. */
+static int conn_qp(struct nd_ep *ep, struct vb_conn *vc)
+{
+	struct vb_adapter *va = vc->va;
+	struct ibv_qp_init_attr qa = {
+		.qp_type = IBV_QPT_RC,
+		.cap = {
+			.max_send_wr = ep->attr.outbound_entries,
+			.max_recv_wr = ep->attr.inbound_entries,
+			.max_send_sge = ep->attr.outbound_sge,
+			.max_recv_sge = ep->attr.inbound_sge,
+		},
+	};
+
+	vc->rq_status = calloc(ep->attr.inbound_entries, sizeof(*vc->rq_status));
+	if (!vc->rq_status)
+		return -ENOMEM;
+	vc->cc = ibv_create_comp_channel(va->ctx);
+	if (!vc->cc || nonblock(vc->cc->fd) < 0)
+		return -ENOMEM;
+	vc->scq = ibv_create_cq(va->ctx, (int)ep->attr.outbound_entries + 1, ep, vc->cc, 0);
+	vc->rcq = ibv_create_cq(va->ctx, (int)ep->attr.inbound_entries + 1, ep, vc->cc, 0);
+	if (!vc->scq || !vc->rcq)
+		return errno ? -errno : -ENOMEM;
+	qa.send_cq = vc->scq;
+	qa.recv_cq = vc->rcq;
+	if (rdma_create_qp(vc->id, va->pd, &qa))
+		return -errno;
+	return 0;
+}
+
+static nd_status conn_live(struct nd_ep *ep, struct vb_conn *vc)
+{
+	pthread_mutex_lock(&ep->ad->lock);
+	if (wsd_cq_attach(ep->attr.inbound_cq, vc->ch->fd) < 0 ||
+	    wsd_cq_attach(ep->attr.inbound_cq, vc->cc->fd) < 0 ||
+	    wsd_cq_attach(ep->attr.outbound_cq, vc->ch->fd) < 0 ||
+	    wsd_cq_attach(ep->attr.outbound_cq, vc->cc->fd) < 0) {
+		wsd_cq_detach(ep->attr.inbound_cq, vc->ch->fd);
+		wsd_cq_detach(ep->attr.inbound_cq, vc->cc->fd);
+		wsd_cq_detach(ep->attr.outbound_cq, vc->ch->fd);
+		wsd_cq_detach(ep->attr.outbound_cq, vc->cc->fd);
+		pthread_mutex_unlock(&ep->ad->lock);
+		return ND_INSUFFICIENT_RESOURCES;
+	}
+	ep->tpriv = vc;
+	ep->state = EP_CONNECTED;
+	vb_progress(ep);     /* post the receives waiting since before the connection */
+	wsd_ep_drain(ep);
+	pthread_mutex_unlock(&ep->ad->lock);
+	return ND_SUCCESS;
+}
+
+static void hello_fill(uint8_t *buf, const struct nd_ep *ep, const void *priv, size_t plen)
+{
+	struct vb_hello h = { .magic = VB_MAGIC, .version = VB_VERSION, .plen = (uint8_t)plen,
+			      .read_limit = ep->attr.inbound_read_limit };
+
+	memcpy(buf, &h, sizeof(h));
+	if (plen)
+		memcpy(buf + sizeof(h), priv, plen);
+}
+
+/* Wait for one event of the kind wanted; anything else ends the attempt. */
+static nd_status expect(struct vb_conn *vc, enum rdma_cm_event_type want, int64_t deadline,
+			struct nd_ep *ep)
+{
+	struct rdma_cm_event *ev;
+	nd_status st;
+	int ret = next_event(vc->ch, deadline, &ev);
+
+	if (ret < 0)
+		return ret == -ETIMEDOUT ? ND_TIMEOUT : ND_CONNECTION_ABORTED;
+	if (ev->event == want) {
+		st = ND_SUCCESS;
+		if (want == RDMA_CM_EVENT_ESTABLISHED && ep) {
+			struct vb_hello h;
+
+			if (hello_ok(ev->param.conn.private_data, ev->param.conn.private_data_len,
+				     &h)) {
+				ep->peer_len = h.plen;
+				memcpy(ep->peer_data,
+				       (const uint8_t *)ev->param.conn.private_data + sizeof(h),
+				       h.plen);
+			}
+		}
+	} else if (ev->event == RDMA_CM_EVENT_REJECTED) {
+		st = ND_CONNECTION_REFUSED;
+	} else if (ev->event == RDMA_CM_EVENT_UNREACHABLE ||
+		   ev->event == RDMA_CM_EVENT_ADDR_ERROR ||
+		   ev->event == RDMA_CM_EVENT_ROUTE_ERROR) {
+		st = ND_CONNECTION_REFUSED;
+	} else {
+		st = ND_CONNECTION_ABORTED;
+	}
+	rdma_ack_cm_event(ev);
+	return st;
+}
+
+static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, socklen_t len,
+			    const void *priv, size_t plen, int timeout_ms)
+{
+	struct vb_conn *vc = calloc(1, sizeof(*vc));
+	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	int step = timeout_ms < 0 || timeout_ms > 2000 ? 2000 : timeout_ms;
+	uint8_t pd[VB_CONNECT_PRIV];
+	struct rdma_conn_param cp = { .private_data = pd,
+				      .private_data_len = (uint8_t)(sizeof(struct vb_hello) + plen),
+				      .retry_count = 7, .rnr_retry_count = 7 };
+	nd_status st = ND_NO_MEMORY;
+
+	(void)len;
+	if (!vc)
+		return st;
+	vc->va = ep_adapter(ep);
+	if (plen > VB_PRIV_MAX) {
+		st = ND_INVALID_PARAMETER;
+		goto fail;
+	}
+	vc->ch = channel_new();
+	if (!vc->ch || rdma_create_id(vc->ch, &vc->id, NULL, RDMA_PS_TCP)) {
+		st = ND_INSUFFICIENT_RESOURCES;
+		goto fail;
+	}
+	st = ND_CONNECTION_REFUSED;
+	if (rdma_resolve_addr(vc->id, NULL, (struct sockaddr *)addr, step))
+		goto fail;
+	st = expect(vc, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, NULL);
+	if (st != ND_SUCCESS)
+		goto fail;
+	/* the route must leave by this adapter's device */
+	if (vc->id->verbs != vc->va->ctx) {
+		st = ND_CONNECTION_REFUSED;
+		goto fail;
+	}
+	if (rdma_resolve_route(vc->id, step)) {
+		st = ND_CONNECTION_REFUSED;
+		goto fail;
+	}
+	st = expect(vc, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, NULL);
+	if (st != ND_SUCCESS)
+		goto fail;
+	if (conn_qp(ep, vc) < 0) {
+		st = ND_INSUFFICIENT_RESOURCES;
+		goto fail;
+	}
+	hello_fill(pd, ep, priv, plen);
+	cp.responder_resources = (uint8_t)(ep->attr.inbound_read_limit < 255 ?
+					   ep->attr.inbound_read_limit : 255);
+	cp.initiator_depth = (uint8_t)(vc->va->attr.max_qp_init_rd_atom < 255 ?
+				       vc->va->attr.max_qp_init_rd_atom : 255);
+	if (rdma_connect(vc->id, &cp)) {
+		st = ND_CONNECTION_REFUSED;
+		goto fail;
+	}
+	st = expect(vc, RDMA_CM_EVENT_ESTABLISHED, deadline, ep);
+	if (st != ND_SUCCESS)
+		goto fail;
+	st = conn_live(ep, vc);
+	if (st == ND_SUCCESS)
+		return st;
+fail:
+	conn_free(vc);
+	return st;
+}
+
+static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const void *priv,
+			   size_t plen, int timeout_ms)
+{
+	struct vb_request *vr = req->tpriv;
+	struct vb_conn *vc = calloc(1, sizeof(*vc));
+	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	uint8_t pd[VB_CONNECT_PRIV];
+	struct rdma_conn_param cp = { .private_data = pd,
+				      .private_data_len = (uint8_t)(sizeof(struct vb_hello) + plen),
+				      .retry_count = 7, .rnr_retry_count = 7 };
+	nd_status st = ND_NO_MEMORY;
+
+	if (!vc)
+		goto fail;
+	vc->va = ep_adapter(ep);
+	vc->id = vr->id;
+	vr->id = NULL;
+	vc->ch = channel_new();
+	if (!vc->ch || rdma_migrate_id(vc->id, vc->ch) || conn_qp(ep, vc) < 0) {
+		st = ND_INSUFFICIENT_RESOURCES;
+		goto fail;
+	}
+	hello_fill(pd, ep, priv, plen);
+	/* reads the peer may have in flight at us, and we at it */
+	cp.responder_resources = (uint8_t)(ep->attr.inbound_read_limit < vr->initiator_depth ?
+					   ep->attr.inbound_read_limit : vr->initiator_depth);
+	cp.initiator_depth = vr->responder_resources;
+	if (rdma_accept(vc->id, &cp)) {
+		st = ND_CONNECTION_ABORTED;
+		goto fail;
+	}
+	st = expect(vc, RDMA_CM_EVENT_ESTABLISHED, deadline, NULL);
+	if (st != ND_SUCCESS)
+		goto fail;
+	ep->peer_len = req->len;
+	memcpy(ep->peer_data, req->data, req->len);
+	st = conn_live(ep, vc);
+	if (st == ND_SUCCESS) {
+		free(vr);
+		return st;
+	}
+fail:
+	if (vr->id) {
+		rdma_reject(vr->id, NULL, 0);
+		rdma_destroy_id(vr->id);
+	}
+	free(vr);
+	if (vc)
+		conn_free(vc);
+	return st;
+}
+
+static void ep_free_op(struct nd_ep *ep)
+{
+	if (ep->tpriv)
+		conn_free(ep->tpriv);
+	ep->tpriv = NULL;
+}
+
+const struct nd_transport wsd_transport_verbs = {
+	.name = "verbs",
+	.adapter_open = adapter_open_op,
+	.adapter_close = adapter_close_op,
+	.mr_register = mr_register_op,
+	.mr_deregister = mr_deregister_op,
+	.mw_create = mw_create_op,
+	.mw_destroy = mw_destroy_op,
+	.mw_token = mw_token_op,
+	.listen = listen_op,
+	.listen_close = listen_close_op,
+	.listen_fd = listen_fd_op,
+	.listen_get = listen_get_op,
+	.request_reject = request_reject_op,
+	.connect = connect_op,
+	.accept = accept_op,
+	.disconnect = vb_disconnect,
+	.ep_free = ep_free_op,
+	.progress = vb_progress,
+	.arm = vb_arm,
+	.remote_check = wsd_tp_unchecked,
+};
