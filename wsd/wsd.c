@@ -16,7 +16,7 @@ static int usage(FILE *f)
 
 static int cmd_info(void)
 {
-	static const char *const names[] = { "shm" };
+	static const char *const names[] = { "shm", "verbs" };
 	size_t n;
 	const struct wsd_param *p = wsd_params(&n);
 
@@ -24,9 +24,11 @@ static int cmd_info(void)
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		struct nd_adapter *ad;
 		struct nd_adapter_info info;
+		nd_status st = nd_adapter_open(names[i], &ad);
 
-		if (nd_adapter_open(names[i], &ad) != ND_SUCCESS) {
-			printf("  %-6s unavailable\n", names[i]);
+		if (st != ND_SUCCESS) {
+			printf("  %-6s unavailable (%s)\n", names[i],
+			       st == ND_NOT_SUPPORTED ? "no usable device" : nd_strstatus(st));
 			continue;
 		}
 		nd_adapter_query(ad, &info);

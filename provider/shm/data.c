@@ -207,8 +207,8 @@ static void exec_rdma(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 		       wr->op == ND_OP_READ ? ND_MR_FLAG_ALLOW_LOCAL_WRITE : 0);
 	if (st != ND_SUCCESS)
 		return wr_fail(ep, wr, st);
-	if (!c->peer_read_limit)
-		return wr_fail(ep, wr, ND_INVALID_REQUEST);
+	if (wr->op == ND_OP_READ && !c->peer_read_limit)
+		return wr_fail(ep, wr, ND_INVALID_REQUEST);   /* the peer takes no reads */
 	if (window_find(c, wr->remote_token, &s) < 0 || !(s.access & need))
 		return wr_fail(ep, wr, ND_ACCESS_VIOLATION);
 	if (wr->remote_addr < s.base || wr->remote_addr - s.base > s.length ||
