@@ -154,29 +154,29 @@ nd_status nd_ep_destroy(struct nd_ep *ep)
 }
 
 /*
- * Try each transport of the adapter in turn (shm first: it serves only a
- * peer on this host, and says so at once otherwise); the first that
- * connects serves the endpoint.
+ * Try each transport of the adapter in turn, shm first.  A transport that
+ * cannot reach the address at all (another host for shm, no route through
+ * the device for verbs) says ND_NOT_SUPPORTED and the next one tries; any
+ * other answer is the peer's, and final.
  */
 nd_status nd_ep_connect(struct nd_ep *ep, const struct sockaddr *addr, socklen_t addrlen,
 			const void *priv, size_t plen, int timeout_ms)
 {
-	nd_status st = ND_CONNECTION_REFUSED;
+	nd_status st = ND_NOT_SUPPORTED;
 
 	if (!ep || !addr || (plen && !priv) || plen > ep->ad->info.private_data_length)
 		return ND_INVALID_PARAMETER;
 	if (ep->state != EP_IDLE || ep->tpriv)
 		return ND_INVALID_PARAMETER;
-	for (unsigned i = 0; i < ep->ad->ntp; i++) {
+	for (unsigned i = 0; i < ep->ad->ntp && st == ND_NOT_SUPPORTED; i++) {
 		ep->tp = ep->ad->tp[i];
 		ep->tpi = i;
 		st = ep->tp->connect(ep, addr, addrlen, priv, plen, timeout_ms);
-		if (st == ND_SUCCESS || st == ND_TIMEOUT || st == ND_INVALID_PARAMETER)
-			break;
 	}
 	if (st != ND_SUCCESS)
 		ep->tp = NULL;
-	return st;
+	/* reachable by none of them: as if nobody listened */
+	return st == ND_NOT_SUPPORTED ? ND_CONNECTION_REFUSED : st;
 }
 
 nd_status nd_ep_accept(struct nd_ep *ep, struct nd_conn_request *req, const void *priv,

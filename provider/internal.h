@@ -141,8 +141,7 @@ struct nd_conn_request {
 
 /*
  * A transport: a capability table and an ops table.  Every op is filled;
- * an op a transport lacks points at nd_tp_unsupported_* and yields
- * -EOPNOTSUPP.  Ops return >= 0 or -errno, except where they say.
+ * one with nothing to do for a transport points at a shared wsd_tp_* stub.  Ops return >= 0 or -errno, except where they say.
  * The adapter lock is held around every op except listen_get, connect and
  * accept (which block).
  */
@@ -166,7 +165,10 @@ struct nd_transport {
 	int (*listen_get)(struct nd_listener *l, void *priv, int timeout_ms,
 			  struct nd_conn_request *req);
 	void (*request_reject)(struct nd_conn_request *req);
-	/* return an nd_status (setup has more outcomes than errno says well) */
+	/*
+	 * Return an nd_status (setup has more outcomes than errno says well);
+	 * connect says ND_NOT_SUPPORTED when it cannot reach addr at all.
+	 */
 	nd_status (*connect)(struct nd_ep *ep, const struct sockaddr *addr, socklen_t len,
 			     const void *priv, size_t plen, int timeout_ms);
 	nd_status (*accept)(struct nd_ep *ep, struct nd_conn_request *req,

@@ -51,6 +51,7 @@ nd_status wsd_nd_from_errno(int err)
 	case ENOTCONN: return ND_CONNECTION_INVALID;
 	case EACCES: case EPERM: return ND_ACCESS_DENIED;
 	case EADDRINUSE: return ND_ADDRESS_IN_USE;
+	case EADDRNOTAVAIL: return ND_INVALID_PARAMETER;
 	case EBUSY: return ND_DEVICE_BUSY;
 	case ESRCH: return ND_TIMEOUT;
 	case EFAULT: return ND_FAILURE;

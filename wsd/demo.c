@@ -204,6 +204,7 @@ static int client(struct sockaddr_in *sa, uint64_t bytes, size_t msg)
 	}
 	post_recv(&s, 64, (PATTERN + msg) / 64);
 	TRY("connect", nd_ep_connect(s.ep, (struct sockaddr *)sa, sizeof(*sa), NULL, 0, 10000));
+	printf("connected over the %s transport\n", nd_ep_transport(s.ep));
 	t0 = now_s();
 	while (sent < bytes) {
 		size_t n = bytes - sent < msg ? bytes - sent : msg;
@@ -342,7 +343,7 @@ int wsd_cmd_demo(int argc, char **argv)
 		fprintf(stderr, "wsd demo: the listening process failed\n");
 		return 1;
 	}
-	printf("wsd demo: two processes (%d and %d) over the shm transport, %" PRIu64 " bytes each way\n",
+	printf("wsd demo: two processes (%d and %d), %" PRIu64 " bytes each way\n",
 	       (int)getpid(), (int)pid, bytes);
 	fflush(stdout);
 	rc = client(&sa, bytes, msg);

@@ -96,7 +96,7 @@ struct nd_listener;
 struct nd_conn_request;
 
 struct nd_adapter_info {
-	char transport[16];        /* "shm" or "verbs" */
+	char transport[16];        /* "shm", "verbs", or "auto" for both */
 	uint32_t flags;            /* ND_ADAPTER_FLAG_* */
 	uint32_t max_inbound_sge;
 	uint32_t max_outbound_sge;
@@ -121,7 +121,7 @@ struct nd_sge {
 struct nd_mw_descriptor {
 	uint64_t base;    /* peer's address of the window's first byte */
 	uint64_t length;
-	uint64_t token;   /* 64 random bits, new at every bind */
+	uint64_t token;   /* new at every bind: 64 random bits (shm), the rkey (verbs) */
 };
 
 struct nd_result {
@@ -141,7 +141,7 @@ struct nd_ep_attr {
 	uint32_t outbound_entries;
 	uint32_t inbound_sge;
 	uint32_t outbound_sge;
-	uint32_t inbound_read_limit;  /* 0: the peer may not read or write here */
+	uint32_t inbound_read_limit;  /* reads the peer may have in flight; 0: none */
 };
 
 /* ---- adapter ----------------------------------------------------------- */

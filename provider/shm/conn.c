@@ -499,7 +499,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	if (sock_name(addr, len, &un, &unlen) < 0)
 		return ND_INVALID_PARAMETER;
 	if (!addr_is_local(addr, len))
-		return ND_CONNECTION_REFUSED;   /* another host: not ours to serve */
+		return ND_NOT_SUPPORTED;   /* another host: not ours to serve */
 	c = conn_new();
 	if (!c)
 		return ND_NO_MEMORY;
@@ -523,7 +523,8 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		goto fail;
 	}
 	if (connect(c->sock, (struct sockaddr *)&un, unlen) < 0) {
-		st = errno == ECONNREFUSED || errno == ENOENT ? ND_CONNECTION_REFUSED :
+		/* nobody listens on shm here: maybe another transport reaches it */
+		st = errno == ECONNREFUSED || errno == ENOENT ? ND_NOT_SUPPORTED :
 							       wsd_nd_from_errno(-errno);
 		goto fail;
 	}

@@ -192,17 +192,24 @@ struct vb_listener {
 
 struct vb_request {
 	struct rdma_cm_id *id;
-	uint32_t peer_read_limit;
 	uint8_t initiator_depth, responder_resources;
 };
+
+static int addr_ok(const struct sockaddr *addr, socklen_t len)
+{
+	return (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) ||
+	       (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6));
+}
 
 static int listen_op(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 		     socklen_t len, int backlog)
 {
-	struct vb_listener *vl = calloc(1, sizeof(*vl));
+	struct vb_listener *vl;
 	int ret = -ENOMEM;
 
-	(void)len;
+	if (!addr_ok(addr, len))
+		return -EINVAL;
+	vl = calloc(1, sizeof(*vl));
 	if (!vl)
 		return ret;
 	for (unsigned i = 0; i < l->ad->ntp; i++)
@@ -290,7 +297,6 @@ static int listen_get_op(struct nd_listener *l, void *priv, int timeout_ms,
 			continue;
 		}
 		vr->id = ev->id;
-		vr->peer_read_limit = h.read_limit;
 		vr->initiator_depth = ev->param.conn.initiator_depth;
 		vr->responder_resources = ev->param.conn.responder_resources;
 		req->len = h.plen;
@@ -395,9 +401,9 @@ static nd_status conn_live(struct nd_ep *ep, struct vb_conn *vc)
 
 static void hello_fill(uint8_t *buf, const struct nd_ep *ep, const void *priv, size_t plen)
 {
-	struct vb_hello h = { .magic = VB_MAGIC, .version = VB_VERSION, .plen = (uint8_t)plen,
-			      .read_limit = ep->attr.inbound_read_limit };
+	struct vb_hello h = { .magic = VB_MAGIC, .version = VB_VERSION, .plen = (uint8_t)plen };
 
+	(void)ep;
 	memcpy(buf, &h, sizeof(h));
 	if (plen)
 		memcpy(buf + sizeof(h), priv, plen);
@@ -451,7 +457,8 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 				      .retry_count = 7, .rnr_retry_count = 7 };
 	nd_status st = ND_NO_MEMORY;
 
-	(void)len;
+	if (!addr_ok(addr, len))
+		return ND_INVALID_PARAMETER;
 	if (!vc)
 		return st;
 	vc->va = ep_adapter(ep);
@@ -464,23 +471,13 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		st = ND_INSUFFICIENT_RESOURCES;
 		goto fail;
 	}
-	st = ND_CONNECTION_REFUSED;
-	if (rdma_resolve_addr(vc->id, NULL, (struct sockaddr *)addr, step))
-		goto fail;
-	st = expect(vc, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, NULL);
-	if (st != ND_SUCCESS)
-		goto fail;
-	/* the route must leave by this adapter's device */
-	if (vc->id->verbs != vc->va->ctx) {
-		st = ND_CONNECTION_REFUSED;
-		goto fail;
-	}
-	if (rdma_resolve_route(vc->id, step)) {
-		st = ND_CONNECTION_REFUSED;
-		goto fail;
-	}
-	st = expect(vc, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, NULL);
-	if (st != ND_SUCCESS)
+	/* No address, no route, or another device: this transport cannot reach it. */
+	st = ND_NOT_SUPPORTED;
+	if (rdma_resolve_addr(vc->id, NULL, (struct sockaddr *)addr, step) ||
+	    expect(vc, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, NULL) != ND_SUCCESS ||
+	    vc->id->verbs != vc->va->ctx ||
+	    rdma_resolve_route(vc->id, step) ||
+	    expect(vc, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, NULL) != ND_SUCCESS)
 		goto fail;
 	if (conn_qp(ep, vc) < 0) {
 		st = ND_INSUFFICIENT_RESOURCES;

@@ -65,18 +65,19 @@ static nd_status sgl_check(const struct nd_sge *sgl, uint32_t n, uint32_t need)
 	return ND_SUCCESS;
 }
 
-static void track_mw(struct vb_conn *vc, struct nd_mw *mw)
+static int track_mw(struct vb_conn *vc, struct nd_mw *mw)
 {
 	if (vc->nmws == vc->cap_mws) {
 		unsigned cap = vc->cap_mws ? vc->cap_mws * 2 : 8;
 		struct nd_mw **m = realloc(vc->mws, cap * sizeof(*m));
 
 		if (!m)
-			return;    /* only remote-invalidate lookup suffers */
+			return -ENOMEM;
 		vc->mws = m;
 		vc->cap_mws = cap;
 	}
 	vc->mws[vc->nmws++] = mw;
+	return 0;
 }
 
 static void untrack_mw(struct vb_conn *vc, struct nd_mw *mw)
@@ -153,7 +154,9 @@ static nd_status build(struct nd_ep *ep, struct vb_conn *vc, struct nd_wr *wr, u
 		sw->bind_mw.bind_info.mw_access_flags =
 			((wr->bind_flags & ND_OP_FLAG_ALLOW_READ) ? IBV_ACCESS_REMOTE_READ : 0) |
 			((wr->bind_flags & ND_OP_FLAG_ALLOW_WRITE) ? IBV_ACCESS_REMOTE_WRITE : 0);
-		track_mw(vc, wr->mw);
+		/* known here, so a send-and-invalidate can name it back to us */
+		if (track_mw(vc, wr->mw) < 0)
+			return ND_NO_MEMORY;
 		break;
 	}
 	case ND_OP_INVALIDATE:
@@ -414,4 +417,6 @@ void vb_disconnect(struct nd_ep *ep)
 	rdma_disconnect(vc->id);
 	wsd_cq_detach(ep->attr.inbound_cq, vc->ch->fd);
 	wsd_cq_detach(ep->attr.outbound_cq, vc->ch->fd);
+	wsd_cq_detach(ep->attr.inbound_cq, vc->cc->fd);
+	wsd_cq_detach(ep->attr.outbound_cq, vc->cc->fd);
 }

@@ -23,7 +23,7 @@ struct vb_hello {
 	uint16_t version;
 	uint8_t plen;
 	uint8_t pad;
-	uint32_t read_limit;          /* the sender's inbound_read_limit */
+	uint32_t reserved;            /* zero; read depths go by rdma_cm's own fields */
 } __attribute__((packed));
 
 #define VB_PRIV_MAX (VB_CONNECT_PRIV - sizeof(struct vb_hello))
