@@ -45,7 +45,7 @@ nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len, uint64
 }
 
 /* The tightest of two sets of limits: what every transport can honour. */
-static void caps_meet(struct nd_adapter_info *a, const struct nd_adapter_info *b)
+void wsd_caps_meet(struct nd_adapter_info *a, const struct nd_adapter_info *b)
 {
 #define MEET(f) do { if (b->f < a->f) a->f = b->f; } while (0)
 	MEET(max_inbound_sge); MEET(max_outbound_sge);
@@ -88,7 +88,7 @@ nd_status nd_adapter_open(const char *transport, struct nd_adapter **adapter)
 		if (!ad->ntp)
 			ad->info = caps;
 		else
-			caps_meet(&ad->info, &caps);
+			wsd_caps_meet(&ad->info, &caps);
 		ad->tp[ad->ntp++] = transports[i];
 	}
 	if (!ad->ntp) {

@@ -477,7 +477,7 @@ nd_status nd_ep_bind(struct nd_ep *ep, void *context, struct nd_mr *mr, struct n
 	} else if (ep->windows_bound >= ep->ad->info.max_windows) {
 		st = ND_INSUFFICIENT_RESOURCES;
 	} else {
-		uint64_t token = ep->tp->mw_token(mw->tpriv[ep->tpi]);
+		uint64_t token = ep->tp->mw_token(ep, mw->tpriv[ep->tpi]);
 
 		t.bind_flags = flags & (ND_OP_FLAG_ALLOW_READ | ND_OP_FLAG_ALLOW_WRITE);
 		mw->desc = (struct nd_mw_descriptor){ .base = a, .length = length,

@@ -155,8 +155,8 @@ struct nd_transport {
 	void (*mr_deregister)(void *priv);
 	int (*mw_create)(void *adpriv, void **priv);
 	void (*mw_destroy)(void *priv);
-	/* the token a bind of this window will carry */
-	uint64_t (*mw_token)(void *mwpriv);
+	/* the token a bind of this window on ep will carry */
+	uint64_t (*mw_token)(struct nd_ep *ep, void *mwpriv);
 	int (*listen)(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 		      socklen_t len, int backlog);
 	void (*listen_close)(void *priv);
@@ -198,7 +198,8 @@ WSD_HIDDEN nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t 
 
 WSD_HIDDEN extern const struct nd_transport wsd_transport_shm;
 WSD_HIDDEN extern const struct nd_transport wsd_transport_verbs;
-WSD_HIDDEN const struct nd_transport *wsd_transport_find(const char *name);
+/* core.c: the tightest of two sets of limits, into a */
+WSD_HIDDEN void wsd_caps_meet(struct nd_adapter_info *a, const struct nd_adapter_info *b);
 
 /* status.c: -errno to nd_status, in one table */
 WSD_HIDDEN nd_status wsd_nd_from_errno(int err);
@@ -227,5 +228,7 @@ struct wsd_param {
 WSD_HIDDEN const struct wsd_param *wsd_params(size_t *count);
 WSD_HIDDEN long wsd_param_long(const char *name);
 WSD_HIDDEN const char *wsd_param_str(const char *name);
+/* A line to stderr when WSD_DEBUG is set. */
+WSD_HIDDEN void wsd_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

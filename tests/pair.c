@@ -166,16 +166,17 @@ static int peer_main(struct tside *s, const struct nd_ep_attr *attr, uint16_t po
 	return fn(s, arg);
 }
 
-void pair_start(struct tside *me, const struct nd_ep_attr *attr, peer_fn fn, void *arg,
-		const struct nd_ep_attr *peer_attr)
+/*
+ * The peer is forked before this process opens anything: a child must not
+ * inherit open RDMA devices (librdmacm keeps them per process).
+ */
+void pair_spawn(struct tside *me, peer_fn fn, void *arg, const struct nd_ep_attr *peer_attr)
 {
 	int to_peer[2], from_peer[2];
 	uint16_t port = t_port();
-	struct sockaddr_in sa = t_addr(port);
 	pid_t pid;
-	char c;
-	nd_status st;
 
+	memset(me, 0, sizeof(*me));
 	ck_assert(pipe(to_peer) == 0 && pipe(from_peer) == 0);
 	fflush(NULL);
 	pid = fork();
@@ -193,13 +194,35 @@ void pair_start(struct tside *me, const struct nd_ep_attr *attr, peer_fn fn, voi
 	}
 	close(to_peer[0]);
 	close(from_peer[1]);
-	tside_open(me, attr);
 	me->oob_out = to_peer[1];
 	me->oob_in = from_peer[0];
 	me->peer = pid;
+	me->port = port;
+}
+
+void pair_connect(struct tside *me, const struct nd_ep_attr *attr)
+{
+	struct sockaddr_in sa = t_addr(me->port);
+	int oob_in = me->oob_in, oob_out = me->oob_out;
+	pid_t peer = me->peer;
+	uint16_t port = me->port;
+	char c;
+
+	tside_open(me, attr);
+	me->oob_in = oob_in;
+	me->oob_out = oob_out;
+	me->peer = peer;
+	me->port = port;
 	oob_recv(me, &c, 1);
-	st = nd_ep_connect(me->ep, (struct sockaddr *)&sa, sizeof(sa), "me", 2, 10000);
-	ck_status(st, ND_SUCCESS);
+	ck_status(nd_ep_connect(me->ep, (struct sockaddr *)&sa, sizeof(sa), "me", 2, 10000),
+		  ND_SUCCESS);
+}
+
+void pair_start(struct tside *me, const struct nd_ep_attr *attr, peer_fn fn, void *arg,
+		const struct nd_ep_attr *peer_attr)
+{
+	pair_spawn(me, fn, arg, peer_attr);
+	pair_connect(me, attr);
 }
 
 int pair_finish(struct tside *me)

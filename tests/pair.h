@@ -25,6 +25,7 @@ struct tside {
 	struct nd_mr *mr;
 	int oob_in, oob_out;     /* to and from the other process */
 	pid_t peer;              /* in the parent: the peer's pid */
+	uint16_t port;           /* where the peer listens */
 };
 
 typedef int (*peer_fn)(struct tside *s, void *arg);
@@ -43,6 +44,9 @@ void tside_close(struct tside *s);
  */
 void pair_start(struct tside *me, const struct nd_ep_attr *attr, peer_fn fn, void *arg,
 		const struct nd_ep_attr *peer_attr);
+/* The two halves of pair_start, for a test with several peers: spawn all first. */
+void pair_spawn(struct tside *me, peer_fn fn, void *arg, const struct nd_ep_attr *peer_attr);
+void pair_connect(struct tside *me, const struct nd_ep_attr *attr);
 /* Wait for the peer; returns its exit status (or 128+signal). */
 int pair_finish(struct tside *me);
 

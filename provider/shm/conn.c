@@ -670,10 +670,11 @@ static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
 }
 
 /* 64 unguessable bits, new at every bind. */
-static uint64_t mw_token_op(void *mwpriv)
+static uint64_t mw_token_op(struct nd_ep *ep, void *mwpriv)
 {
 	uint64_t token;
 
+	(void)ep;
 	(void)mwpriv;
 	while (getrandom(&token, sizeof(token), 0) != sizeof(token))
 		;

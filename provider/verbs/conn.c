@@ -16,67 +16,102 @@
 
 /* ---- device ------------------------------------------------------------ */
 
-static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
+int vb_dev_of(const struct vb_adapter *va, const struct ibv_context *ctx)
 {
-	const char *want = wsd_param_str("WSD_VERBS_DEVICE");
-	struct vb_adapter *va;
-	struct ibv_port_attr port;
-	int n = 0;
+	for (int i = 0; i < va->ndev; i++)
+		if (va->dev[i].ctx == ctx)
+			return i;
+	return -1;
+}
 
-	va = calloc(1, sizeof(*va));
-	if (!va)
-		return -ENOMEM;
-	va->devs = rdma_get_devices(&n);
-	for (int i = 0; va->devs && i < n && !va->ctx; i++)
-		if (!*want || !strcmp(want, ibv_get_device_name(va->devs[i]->device)))
-			va->ctx = va->devs[i];
-	if (!va->ctx || ibv_query_device(va->ctx, &va->attr) ||
-	    !(va->pd = ibv_alloc_pd(va->ctx))) {
-		if (va->devs)
-			rdma_free_devices(va->devs);
-		free(va);
-		return -ENODEV;
-	}
-	if (ibv_query_port(va->ctx, 1, &port))
+static void caps_of(const struct vb_dev *d, struct nd_adapter_info *caps)
+{
+	struct ibv_port_attr port;
+	const struct ibv_device_attr *a = &d->attr;
+
+	if (ibv_query_port(d->ctx, 1, &port))
 		port.max_msg_sz = 1u << 30;
-	va->windows = va->attr.max_mw > 0 &&
-		      (va->attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
-						    IBV_DEVICE_MEM_WINDOW_TYPE_2B));
 	memset(caps, 0, sizeof(*caps));
 	strcpy(caps->transport, "verbs");
-	caps->flags = va->windows ? ND_ADAPTER_FLAG_MEMORY_WINDOWS : 0;
+	caps->flags = d->windows ? ND_ADAPTER_FLAG_MEMORY_WINDOWS : 0;
 	caps->max_inbound_sge = caps->max_outbound_sge =
-		(uint32_t)(va->attr.max_sge < 32 ? va->attr.max_sge : 32);
-	/* leave room in the send queue for nothing else: every request is the caller's */
+		(uint32_t)(a->max_sge < 32 ? a->max_sge : 32);
 	caps->max_inbound_requests = caps->max_outbound_requests =
-		(uint32_t)(va->attr.max_qp_wr < 16384 ? va->attr.max_qp_wr : 16384);
-	caps->max_cq_entries = (uint32_t)(va->attr.max_cqe < 65536 ? va->attr.max_cqe : 65536);
-	caps->max_inbound_read_limit = (uint32_t)va->attr.max_qp_rd_atom;
+		(uint32_t)(a->max_qp_wr < 16384 ? a->max_qp_wr : 16384);
+	caps->max_cq_entries = (uint32_t)(a->max_cqe < 65536 ? a->max_cqe : 65536);
+	caps->max_inbound_read_limit = (uint32_t)a->max_qp_rd_atom;
 	caps->max_transfer_length = port.max_msg_sz < (1u << 30) ? port.max_msg_sz : 1u << 30;
-	caps->max_registration_size = va->attr.max_mr_size;
-	caps->max_window_size = va->attr.max_mr_size;
-	caps->max_windows = (uint32_t)(va->attr.max_mw < 65536 ? va->attr.max_mw : 65536);
+	caps->max_registration_size = a->max_mr_size;
+	caps->max_window_size = a->max_mr_size;
+	caps->max_windows = (uint32_t)(a->max_mw < 65536 ? a->max_mw : 65536);
 	caps->private_data_length = VB_PRIV_MAX;
 	caps->rdma_threshold = 65536;
-	*priv = va;
-	return 0;
 }
 
 static void adapter_close_op(void *priv)
 {
 	struct vb_adapter *va = priv;
 
-	ibv_dealloc_pd(va->pd);
-	rdma_free_devices(va->devs);
+	for (int i = 0; i < va->ndev; i++)
+		ibv_dealloc_pd(va->dev[i].pd);
+	if (va->list)
+		rdma_free_devices(va->list);
+	free(va->dev);
 	free(va);
+}
+
+/*
+ * Every device (or the one WSD_VERBS_DEVICE names), each with its own
+ * protection domain; the limits reported are those all of them honour.
+ */
+static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
+{
+	const char *want = wsd_param_str("WSD_VERBS_DEVICE");
+	struct vb_adapter *va;
+	int n = 0;
+
+	va = calloc(1, sizeof(*va));
+	if (!va)
+		return -ENOMEM;
+	va->list = rdma_get_devices(&n);
+	va->dev = calloc(n > 0 ? (size_t)n : 1, sizeof(*va->dev));
+	for (int i = 0; va->list && va->dev && i < n; i++) {
+		struct vb_dev *d = &va->dev[va->ndev];
+
+		if (*want && strcmp(want, ibv_get_device_name(va->list[i]->device)))
+			continue;
+		d->ctx = va->list[i];
+		if (ibv_query_device(d->ctx, &d->attr) || !(d->pd = ibv_alloc_pd(d->ctx)))
+			continue;
+		d->windows = d->attr.max_mw > 0 &&
+			     (d->attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+							  IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+		if (!va->ndev) {
+			caps_of(d, caps);
+		} else {
+			struct nd_adapter_info more;
+
+			caps_of(d, &more);
+			wsd_caps_meet(caps, &more);
+		}
+		va->ndev++;
+	}
+	if (!va->ndev) {
+		adapter_close_op(va);
+		return -ENODEV;
+	}
+	*priv = va;
+	return 0;
 }
 
 static int mr_register_op(void *adpriv, struct nd_mr *mr, void **priv)
 {
 	struct vb_adapter *va = adpriv;
-	int access = va->windows ? IBV_ACCESS_MW_BIND : 0;
-	struct ibv_mr *m;
+	struct vb_mr *m = calloc(1, sizeof(*m) + (size_t)va->ndev * sizeof(m->mr[0]));
+	int access = 0;
 
+	if (!m)
+		return -ENOMEM;
 	/* the device wants local write wherever remote write may happen */
 	if (mr->flags & (ND_MR_FLAG_ALLOW_LOCAL_WRITE | ND_MR_FLAG_ALLOW_REMOTE_WRITE))
 		access |= IBV_ACCESS_LOCAL_WRITE;
@@ -84,34 +119,53 @@ static int mr_register_op(void *adpriv, struct nd_mr *mr, void **priv)
 		access |= IBV_ACCESS_REMOTE_READ;
 	if (mr->flags & ND_MR_FLAG_ALLOW_REMOTE_WRITE)
 		access |= IBV_ACCESS_REMOTE_WRITE;
-	m = ibv_reg_mr(va->pd, (void *)mr->addr, mr->length, access);
-	if (!m)
-		return errno ? -errno : -ENOMEM;
+	for (int i = 0; i < va->ndev; i++) {
+		int a = access | (va->dev[i].windows ? IBV_ACCESS_MW_BIND : 0);
+
+		m->mr[i] = ibv_reg_mr(va->dev[i].pd, (void *)mr->addr, mr->length, a);
+		if (!m->mr[i]) {
+			int err = errno ? -errno : -ENOMEM;
+
+			while (i--)
+				ibv_dereg_mr(m->mr[i]);
+			free(m);
+			return err;
+		}
+	}
+	m->mr[va->ndev] = NULL;
 	*priv = m;
 	return 0;
 }
 
 static void mr_deregister_op(void *priv)
 {
-	ibv_dereg_mr(priv);
+	struct vb_mr *m = priv;
+
+	for (int i = 0; m->mr[i]; i++)
+		ibv_dereg_mr(m->mr[i]);
+	free(m);
 }
 
 static int mw_create_op(void *adpriv, void **priv)
 {
 	struct vb_adapter *va = adpriv;
-	struct vb_mw *w;
+	struct vb_mw *w = calloc(1, sizeof(*w) + (size_t)va->ndev * sizeof(w->on[0]));
 
-	if (!va->windows)
-		return -EOPNOTSUPP;
-	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	w->mw = ibv_alloc_mw(va->pd, IBV_MW_TYPE_2);
-	if (!w->mw) {
-		free(w);
-		return errno ? -errno : -ENOMEM;
+	for (int i = 0; i < va->ndev; i++) {
+		w->on[i].mw = va->dev[i].windows ? ibv_alloc_mw(va->dev[i].pd, IBV_MW_TYPE_2) : NULL;
+		if (!w->on[i].mw) {
+			int err = va->dev[i].windows ? (errno ? -errno : -ENOMEM) : -EOPNOTSUPP;
+
+			while (i--)
+				ibv_dealloc_mw(w->on[i].mw);
+			free(w);
+			return err;
+		}
+		w->on[i].rkey = w->on[i].mw->rkey;
 	}
-	w->rkey = w->mw->rkey;
+	w->on[va->ndev].mw = NULL;
 	*priv = w;
 	return 0;
 }
@@ -120,17 +174,19 @@ static void mw_destroy_op(void *priv)
 {
 	struct vb_mw *w = priv;
 
-	ibv_dealloc_mw(w->mw);
+	for (int i = 0; w->on[i].mw; i++)
+		ibv_dealloc_mw(w->on[i].mw);
 	free(w);
 }
 
 /* A type 2 bind names its new rkey: the same index, the next key byte. */
-static uint64_t mw_token_op(void *mwpriv)
+static uint64_t mw_token_op(struct nd_ep *ep, void *mwpriv)
 {
 	struct vb_mw *w = mwpriv;
+	struct vb_conn *vc = ep->tpriv;
 
-	w->rkey = ibv_inc_rkey(w->rkey);
-	return w->rkey;
+	w->on[vc->dev].rkey = ibv_inc_rkey(w->on[vc->dev].rkey);
+	return w->on[vc->dev].rkey;
 }
 
 /* ---- rdma_cm events ---------------------------------------------------- */
@@ -192,6 +248,7 @@ struct vb_listener {
 
 struct vb_request {
 	struct rdma_cm_id *id;
+	uint32_t peer_read_limit;
 	uint8_t initiator_depth, responder_resources;
 };
 
@@ -225,7 +282,7 @@ static int listen_op(struct nd_listener *l, void **priv, const struct sockaddr *
 		goto fail;
 	}
 	/* a listener bound to an address of another device is of no use */
-	if (vl->id->verbs && vl->id->verbs != vl->va->ctx) {
+	if (vl->id->verbs && vb_dev_of(vl->va, vl->id->verbs) < 0) {
 		ret = -EADDRNOTAVAIL;
 		goto fail;
 	}
@@ -287,7 +344,7 @@ static int listen_get_op(struct nd_listener *l, void *priv, int timeout_ms,
 			continue;
 		}
 		vr = calloc(1, sizeof(*vr));
-		if (!vr || ev->id->verbs != vl->va->ctx ||
+		if (!vr || vb_dev_of(vl->va, ev->id->verbs) < 0 ||
 		    !hello_ok(ev->param.conn.private_data, ev->param.conn.private_data_len, &h)) {
 			/* not ours to serve: another device, or not a wsd peer */
 			rdma_reject(ev->id, NULL, 0);
@@ -297,6 +354,7 @@ static int listen_get_op(struct nd_listener *l, void *priv, int timeout_ms,
 			continue;
 		}
 		vr->id = ev->id;
+		vr->peer_read_limit = h.read_limit;
 		vr->initiator_depth = ev->param.conn.initiator_depth;
 		vr->responder_resources = ev->param.conn.responder_resources;
 		req->len = h.plen;
@@ -346,10 +404,10 @@ static void conn_free(struct vb_conn *vc)
 	free(vc);
 }
 
-/* CQs and the QP on id, and the receives posted before the connection. */
+/* CQs and the QP on id's device. */
 static int conn_qp(struct nd_ep *ep, struct vb_conn *vc)
 {
-	struct vb_adapter *va = vc->va;
+	struct vb_dev *d;
 	struct ibv_qp_init_attr qa = {
 		.qp_type = IBV_QPT_RC,
 		.cap = {
@@ -360,19 +418,23 @@ static int conn_qp(struct nd_ep *ep, struct vb_conn *vc)
 		},
 	};
 
+	vc->dev = vb_dev_of(vc->va, vc->id->verbs);
+	if (vc->dev < 0)
+		return -ENODEV;
+	d = &vc->va->dev[vc->dev];
 	vc->rq_status = calloc(ep->attr.inbound_entries, sizeof(*vc->rq_status));
 	if (!vc->rq_status)
 		return -ENOMEM;
-	vc->cc = ibv_create_comp_channel(va->ctx);
+	vc->cc = ibv_create_comp_channel(d->ctx);
 	if (!vc->cc || nonblock(vc->cc->fd) < 0)
 		return -ENOMEM;
-	vc->scq = ibv_create_cq(va->ctx, (int)ep->attr.outbound_entries + 1, ep, vc->cc, 0);
-	vc->rcq = ibv_create_cq(va->ctx, (int)ep->attr.inbound_entries + 1, ep, vc->cc, 0);
+	vc->scq = ibv_create_cq(d->ctx, (int)ep->attr.outbound_entries + 1, ep, vc->cc, 0);
+	vc->rcq = ibv_create_cq(d->ctx, (int)ep->attr.inbound_entries + 1, ep, vc->cc, 0);
 	if (!vc->scq || !vc->rcq)
 		return errno ? -errno : -ENOMEM;
 	qa.send_cq = vc->scq;
 	qa.recv_cq = vc->rcq;
-	if (rdma_create_qp(vc->id, va->pd, &qa))
+	if (rdma_create_qp(vc->id, d->pd, &qa))
 		return -errno;
 	return 0;
 }
@@ -401,9 +463,9 @@ static nd_status conn_live(struct nd_ep *ep, struct vb_conn *vc)
 
 static void hello_fill(uint8_t *buf, const struct nd_ep *ep, const void *priv, size_t plen)
 {
-	struct vb_hello h = { .magic = VB_MAGIC, .version = VB_VERSION, .plen = (uint8_t)plen };
+	struct vb_hello h = { .magic = VB_MAGIC, .version = VB_VERSION, .plen = (uint8_t)plen,
+			      .read_limit = ep->attr.inbound_read_limit };
 
-	(void)ep;
 	memcpy(buf, &h, sizeof(h));
 	if (plen)
 		memcpy(buf + sizeof(h), priv, plen);
@@ -419,13 +481,19 @@ static nd_status expect(struct vb_conn *vc, enum rdma_cm_event_type want, int64_
 
 	if (ret < 0)
 		return ret == -ETIMEDOUT ? ND_TIMEOUT : ND_CONNECTION_ABORTED;
+	wsd_debug("verbs: setup event %s (status %d), waiting for %s", rdma_event_str(ev->event),
+		  ev->status, rdma_event_str(want));
 	if (ev->event == want) {
 		st = ND_SUCCESS;
 		if (want == RDMA_CM_EVENT_ESTABLISHED && ep) {
 			struct vb_hello h;
 
+			wsd_debug("verbs: established, %u bytes of private data, depth %u/%u",
+				  ev->param.conn.private_data_len, ev->param.conn.initiator_depth,
+				  ev->param.conn.responder_resources);
 			if (hello_ok(ev->param.conn.private_data, ev->param.conn.private_data_len,
 				     &h)) {
+				vc->peer_read_limit = h.read_limit;
 				ep->peer_len = h.plen;
 				memcpy(ep->peer_data,
 				       (const uint8_t *)ev->param.conn.private_data + sizeof(h),
@@ -475,7 +543,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	st = ND_NOT_SUPPORTED;
 	if (rdma_resolve_addr(vc->id, NULL, (struct sockaddr *)addr, step) ||
 	    expect(vc, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, NULL) != ND_SUCCESS ||
-	    vc->id->verbs != vc->va->ctx ||
+	    vb_dev_of(vc->va, vc->id->verbs) < 0 ||
 	    rdma_resolve_route(vc->id, step) ||
 	    expect(vc, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, NULL) != ND_SUCCESS)
 		goto fail;
@@ -486,8 +554,11 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	hello_fill(pd, ep, priv, plen);
 	cp.responder_resources = (uint8_t)(ep->attr.inbound_read_limit < 255 ?
 					   ep->attr.inbound_read_limit : 255);
-	cp.initiator_depth = (uint8_t)(vc->va->attr.max_qp_init_rd_atom < 255 ?
-				       vc->va->attr.max_qp_init_rd_atom : 255);
+	{
+		int depth = vc->va->dev[vc->dev].attr.max_qp_init_rd_atom;
+
+		cp.initiator_depth = (uint8_t)(depth < 255 ? depth : 255);
+	}
 	if (rdma_connect(vc->id, &cp)) {
 		st = ND_CONNECTION_REFUSED;
 		goto fail;
@@ -518,6 +589,7 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 	if (!vc)
 		goto fail;
 	vc->va = ep_adapter(ep);
+	vc->peer_read_limit = vr->peer_read_limit;
 	vc->id = vr->id;
 	vr->id = NULL;
 	vc->ch = channel_new();
@@ -526,10 +598,14 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 		goto fail;
 	}
 	hello_fill(pd, ep, priv, plen);
-	/* reads the peer may have in flight at us, and we at it */
-	cp.responder_resources = (uint8_t)(ep->attr.inbound_read_limit < vr->initiator_depth ?
-					   ep->attr.inbound_read_limit : vr->initiator_depth);
-	cp.initiator_depth = vr->responder_resources;
+	/*
+	 * Reads the peer may have in flight at us, and we at it.  rdma_cm
+	 * hands the request's figures over already turned to our side: its
+	 * responder_resources is the peer's initiator depth, and the reverse.
+	 */
+	cp.responder_resources = (uint8_t)(ep->attr.inbound_read_limit < vr->responder_resources ?
+					   ep->attr.inbound_read_limit : vr->responder_resources);
+	cp.initiator_depth = vr->initiator_depth;
 	if (rdma_accept(vc->id, &cp)) {
 		st = ND_CONNECTION_ABORTED;
 		goto fail;

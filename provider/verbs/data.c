@@ -15,12 +15,23 @@
 
 #define IMM_SOLICITED 0x1u     /* carried as immediate data: the peer sees the flag */
 
+/*
+ * rdma-core 44's rxe hands the kernel's completion flags through as they
+ * are, and the kernel's "with invalidate" bit is the library's
+ * IBV_WC_IP_CSUM_OK; that flag has no meaning on an RC queue pair, so
+ * either bit means the send invalidated one of our windows.
+ */
+#define WC_WITH_INV (IBV_WC_WITH_INV | IBV_WC_IP_CSUM_OK)
+
 static nd_status wc_status(enum ibv_wc_status s, enum nd_op op)
 {
 	switch (s) {
 	case IBV_WC_SUCCESS: return ND_SUCCESS;
 	case IBV_WC_WR_FLUSH_ERR: return ND_CANCELED;
 	case IBV_WC_LOC_LEN_ERR: return op == ND_OP_RECEIVE ? ND_BUFFER_OVERFLOW : ND_LOCAL_LENGTH;
+	case IBV_WC_LOC_QP_OP_ERR:
+		/* on a receive this is how rxe says the message did not fit */
+		return op == ND_OP_RECEIVE ? ND_BUFFER_OVERFLOW : ND_FAILURE;
 	case IBV_WC_LOC_PROT_ERR:
 	case IBV_WC_REM_ACCESS_ERR:
 	case IBV_WC_MW_BIND_ERR: return ND_ACCESS_VIOLATION;
@@ -38,7 +49,9 @@ static nd_status wc_status(enum ibv_wc_status s, enum nd_op op)
 
 static struct ibv_mr *lmr(const struct nd_ep *ep, const struct nd_mr *mr)
 {
-	return mr ? mr->tpriv[ep->tpi] : NULL;
+	const struct vb_conn *vc = ep->tpriv;
+
+	return mr ? ((const struct vb_mr *)mr->tpriv[ep->tpi])->mr[vc->dev] : NULL;
 }
 
 static void to_sge(const struct nd_ep *ep, const struct nd_sge *in, uint32_t n,
@@ -138,6 +151,9 @@ static nd_status build(struct nd_ep *ep, struct vb_conn *vc, struct nd_wr *wr, u
 		break;
 	case ND_OP_READ:
 	case ND_OP_WRITE:
+		/* with no read credit from the peer, the device would hold it forever */
+		if (wr->op == ND_OP_READ && !vc->peer_read_limit)
+			return ND_INVALID_REQUEST;
 		sw->opcode = wr->op == ND_OP_READ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
 		sw->wr.rdma.remote_addr = wr->remote_addr;
 		sw->wr.rdma.rkey = (uint32_t)wr->remote_token;
@@ -146,8 +162,10 @@ static nd_status build(struct nd_ep *ep, struct vb_conn *vc, struct nd_wr *wr, u
 		struct vb_mw *w = wr->mw->tpriv[ep->tpi];
 
 		sw->opcode = IBV_WR_BIND_MW;
-		sw->bind_mw.mw = w->mw;
+		sw->bind_mw.mw = w->on[vc->dev].mw;
 		sw->bind_mw.rkey = (uint32_t)wr->mw->desc.token;
+		wsd_debug("verbs: bind rkey 0x%x over %llu bytes", sw->bind_mw.rkey,
+			  (unsigned long long)wr->mw->desc.length);
 		sw->bind_mw.bind_info.mr = lmr(ep, wr->mr);
 		sw->bind_mw.bind_info.addr = wr->mw->desc.base;
 		sw->bind_mw.bind_info.length = wr->mw->desc.length;
@@ -269,6 +287,10 @@ static void reap_sends(struct nd_ep *ep, struct vb_conn *vc)
 			}
 			vc->sq_comp = idx + 1;
 			wr = &ep->sq[idx % ep->attr.outbound_entries];
+			if (wc[k].status != IBV_WC_SUCCESS)
+				wsd_debug("verbs: request %llu (op %d) completed: %s",
+					  (unsigned long long)idx, wr->op,
+					  ibv_wc_status_str(wc[k].status));
 			if (wr->executed)
 				continue;
 			wr->executed = true;
@@ -307,6 +329,9 @@ static void reap_recvs(struct nd_ep *ep, struct vb_conn *vc)
 		uint32_t flags = 0;
 
 		vc->activity++;
+		wsd_debug("verbs: receive %s, %u bytes, flags 0x%x, invalidated rkey 0x%x",
+			  ibv_wc_status_str(wc.status), wc.byte_len, (unsigned)wc.wc_flags,
+			  (wc.wc_flags & WC_WITH_INV) ? wc.invalidated_rkey : 0);
 		if (ep->rq_head >= ep->rq_tail)
 			continue;
 		rw = &ep->rq[ep->rq_head % ep->attr.inbound_entries];
@@ -316,7 +341,7 @@ static void reap_recvs(struct nd_ep *ep, struct vb_conn *vc)
 		if (st == ND_SUCCESS && (wc.wc_flags & IBV_WC_WITH_IMM) &&
 		    (ntohl(wc.imm_data) & IMM_SOLICITED))
 			flags = ND_RESULT_FLAG_SOLICITED;
-		if (st == ND_SUCCESS && (wc.wc_flags & IBV_WC_WITH_INV)) {
+		if (st == ND_SUCCESS && (wc.wc_flags & WC_WITH_INV)) {
 			struct nd_mw *mw = NULL;
 
 			for (unsigned i = 0; i < vc->nmws && !mw; i++)
@@ -343,6 +368,7 @@ int vb_cm_poll(struct nd_ep *ep)
 
 	while (rdma_get_cm_event(vc->ch, &ev) == 0) {
 		vc->activity++;
+		wsd_debug("verbs: rdma_cm event %s", rdma_event_str(ev->event));
 		if (ev->event == RDMA_CM_EVENT_DISCONNECTED ||
 		    ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL ||
 		    ev->event == RDMA_CM_EVENT_TIMEWAIT_EXIT)

@@ -23,26 +23,41 @@ struct vb_hello {
 	uint16_t version;
 	uint8_t plen;
 	uint8_t pad;
-	uint32_t reserved;            /* zero; read depths go by rdma_cm's own fields */
+	uint32_t read_limit;          /* the sender's inbound_read_limit */
 } __attribute__((packed));
 
 #define VB_PRIV_MAX (VB_CONNECT_PRIV - sizeof(struct vb_hello))
 
-struct vb_adapter {
-	struct ibv_context **devs;    /* rdma_get_devices(): contexts rdma_cm uses */
-	struct ibv_context *ctx;
+/* One RDMA device: a connection uses the one its route leaves by. */
+struct vb_dev {
+	struct ibv_context *ctx;      /* from rdma_get_devices(): the one rdma_cm uses */
 	struct ibv_pd *pd;
 	struct ibv_device_attr attr;
 	int windows;                  /* type 2 memory windows work */
 };
 
+struct vb_adapter {
+	struct ibv_context **list;
+	struct vb_dev *dev;
+	int ndev;
+};
+
+/* A region or window has its verbs object on every device. */
+struct vb_mr {
+	struct ibv_mr *mr[1];         /* [ndev] */
+};
+
 struct vb_mw {
-	struct ibv_mw *mw;
-	uint32_t rkey;                /* of the latest bind */
+	struct {
+		struct ibv_mw *mw;
+		uint32_t rkey;        /* of the latest bind */
+	} on[1];                      /* [ndev] */
 };
 
 struct vb_conn {
 	struct vb_adapter *va;
+	int dev;                      /* index in va->dev */
+	uint32_t peer_read_limit;     /* 0: a read would wait forever for credit */
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 	struct ibv_comp_channel *cc;
@@ -58,6 +73,7 @@ struct vb_conn {
 	unsigned nmws, cap_mws;
 };
 
+WSD_HIDDEN int vb_dev_of(const struct vb_adapter *va, const struct ibv_context *ctx);
 WSD_HIDDEN void vb_progress(struct nd_ep *ep);
 WSD_HIDDEN int vb_arm(struct nd_ep *ep, struct nd_cq *cq);
 WSD_HIDDEN void vb_disconnect(struct nd_ep *ep);
