@@ -7,7 +7,9 @@
 set -eu
 cd "$(dirname "$0")"
 
-PACKAGES="build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev liburing-dev check"
+# qemu-system-x86 runs the RDMA VM rig (tests/vm), part of `make check`.
+PACKAGES="build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev
+liburing-dev check qemu-system-x86"
 
 install_missing() {
 	missing=""
@@ -19,7 +21,7 @@ install_missing() {
 	echo "build.sh: installing:$missing"
 	if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
 	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
 }
 
 build() {
