@@ -4,6 +4,7 @@
  * Runs on the transport named by WSD_TEST_TRANSPORT (default shm).
  */
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,79 @@ START_TEST(connect_rejected)
 	ck_assert(waitpid(pid, &status, 0) == pid);
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	tside_close(&s);
+}
+END_TEST
+
+/*
+ * Listen with adapter type lt in a child, connect with ct here; return the
+ * transport that served the connection, or NULL with *st set.
+ */
+static const char *connect_with(const char *lt, const char *ct, nd_status *st)
+{
+	struct tside c;
+	struct sockaddr_in sa = t_addr(t_port());
+	static char used[16];
+	int p[2], status;
+	pid_t pid;
+	char ok;
+
+	ck_assert(pipe(p) == 0);
+	pid = fork();
+	if (pid == 0) {
+		struct nd_adapter *ad;
+		struct nd_listener *l;
+		struct nd_conn_request *req;
+		struct tside srv;
+
+		alarm(30);
+		setenv("WSD_TEST_TRANSPORT", lt, 1);   /* the adapter tside_open opens */
+		tside_open(&srv, NULL);
+		ad = srv.ad;
+		if (nd_listen(ad, (struct sockaddr *)&sa, sizeof(sa), 4, &l) != ND_SUCCESS ||
+		    write(p[1], "r", 1) != 1)
+			_exit(1);
+		if (nd_listen_get_request(l, 5000, &req) != ND_SUCCESS)
+			_exit(0);   /* nobody came: the connector's status tells */
+		_exit(nd_ep_accept(srv.ep, req, NULL, 0, 5000) == ND_SUCCESS ? 0 : 2);
+	}
+	ck_assert(read(p[0], &ok, 1) == 1);
+	setenv("WSD_TEST_TRANSPORT", ct, 1);
+	tside_open(&c, NULL);
+	*st = nd_ep_connect(c.ep, (struct sockaddr *)&sa, sizeof(sa), NULL, 0, 5000);
+	used[0] = 0;
+	if (*st == ND_SUCCESS)
+		snprintf(used, sizeof(used), "%s", nd_ep_transport(c.ep));
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	close(p[0]);
+	close(p[1]);
+	return *st == ND_SUCCESS ? used : NULL;
+}
+
+/*
+ * "auto" takes shm for a peer on this host and verbs when only verbs
+ * reaches it; a forced transport is that transport or nothing.
+ */
+START_TEST(transport_choice)
+{
+	struct nd_adapter *ad;
+	nd_status st;
+	int verbs = nd_adapter_open("verbs", &ad) == ND_SUCCESS;
+
+	if (verbs)
+		nd_adapter_close(ad);
+	else
+		ck_status(nd_adapter_open("verbs", &ad), ND_NOT_SUPPORTED);
+	ck_assert_str_eq(connect_with("auto", "auto", &st), "shm");
+	ck_assert_str_eq(connect_with("shm", "auto", &st), "shm");
+	if (!verbs)
+		return;   /* no RDMA device here: the VM rig runs the rest */
+	ck_assert_str_eq(connect_with("verbs", "auto", &st), "verbs");
+	ck_assert_str_eq(connect_with("auto", "verbs", &st), "verbs");
+	ck_assert_ptr_null(connect_with("shm", "verbs", &st));
+	ck_status(st, ND_CONNECTION_REFUSED);
+	ck_assert_ptr_null(connect_with("verbs", "shm", &st));
+	ck_status(st, ND_CONNECTION_REFUSED);
 }
 END_TEST
 
@@ -643,6 +717,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, not_connected);
 	tcase_add_test(tc, connect_refused_and_timeout);
 	tcase_add_test(tc, connect_rejected);
+	tcase_add_test(tc, transport_choice);
 	tcase_add_test(tc, send_receive_sgl);
 	tcase_add_test(tc, send_larger_than_ring);
 	tcase_add_test(tc, send_waits_for_receive);
