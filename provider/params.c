@@ -20,6 +20,8 @@ static const struct wsd_param params[] = {
 	  "microseconds a waiter polls (yielding between polls) before it sleeps" },
 	{ "WSD_SHM_RING_SIZE", "integer", "262144",
 	  "bytes in each direction's shared-memory ring (power of two, 4 KiB to 64 MiB)" },
+	{ "WSD_RCACHE_ENTRIES", "integer", "256",
+	  "unused memory registrations the SPI keeps for reuse, per provider instance" },
 	{ "WSD_SHM_WINDOWS", "integer", "256",
 	  "memory windows one shm endpoint can have bound at once" },
 };

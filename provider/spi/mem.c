@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Memory for the SPI.  Local buffers go through a registration cache: a
+ * registration covering the range with the rights asked for is reused, and
+ * kept (unused, least recently used first out) after its last user is gone,
+ * until WSPMemoryRegistrationCacheCallback says its memory is going away.
+ * Buffers offered to the peer (WSPRegisterRdmaMemory) each get a region of
+ * their own and a memory window bound on the connection.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "provider/spi/spi.h"
+
+static long page_size(void)
+{
+	static long ps;
+
+	if (!ps)
+		ps = sysconf(_SC_PAGESIZE);
+	return ps;
+}
+
+static unsigned cache_limit(void)
+{
+	long n = wsd_param_long("WSD_RCACHE_ENTRIES");
+
+	return n > 0 && n < 1000000 ? (unsigned)n : 256;
+}
+
+/* Is the whole range mapped?  msync says ENOMEM for a hole. */
+static int mapped(uintptr_t a, size_t len)
+{
+	uintptr_t start = a & ~(uintptr_t)(page_size() - 1);
+
+	return msync((void *)start, a + len - start, MS_ASYNC) == 0;
+}
+
+static void entry_drop(struct wsp_provider *pv, struct rc_entry *e)
+{
+	for (struct rc_entry **p = &pv->cache; *p; p = &(*p)->next) {
+		if (*p == e) {
+			*p = e->next;
+			break;
+		}
+	}
+	pv->cached--;
+	(void)nd_mr_deregister(e->mr);
+	free(e);
+}
+
+/* Lock held.  Keep at most the limit of unused entries: the oldest go. */
+static void trim(struct wsp_provider *pv)
+{
+	unsigned limit = cache_limit(), unused = 0;
+
+	for (struct rc_entry *e = pv->cache; e; e = e->next)
+		unused += !e->refs;
+	while (unused > limit) {
+		struct rc_entry *old = NULL;
+
+		for (struct rc_entry *e = pv->cache; e; e = e->next)
+			if (!e->refs && (!old || e->used < old->used))
+				old = e;
+		entry_drop(pv, old);
+		unused--;
+	}
+}
+
+static uint32_t mr_flags(uint32_t mem)
+{
+	return (mem & MEM_WRITE) ? ND_MR_FLAG_ALLOW_LOCAL_WRITE : 0;
+}
+
+/* Lock held.  A referenced registration covering [buf, buf+len) with flags. */
+struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf, size_t len,
+			    uint32_t flags, int *err)
+{
+	uintptr_t a = (uintptr_t)buf, start, end;
+	struct rc_entry *e;
+
+	if (!buf || !len || a + len < a) {
+		*err = WSAEFAULT;
+		return NULL;
+	}
+	for (e = pv->cache; e; e = e->next) {
+		if (!e->stale && a >= e->addr && a + len <= e->addr + e->len &&
+		    (e->flags & flags) == flags) {
+			e->refs++;
+			e->used = ++pv->tick;
+			return e;
+		}
+	}
+	if (!mapped(a, len)) {
+		*err = WSAEFAULT;
+		return NULL;
+	}
+	/* whole pages: the next buffer nearby hits the same entry */
+	start = a & ~(uintptr_t)(page_size() - 1);
+	end = (a + len + (uintptr_t)page_size() - 1) & ~(uintptr_t)(page_size() - 1);
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		*err = WSAENOBUFS;
+		return NULL;
+	}
+	if (nd_mr_register(pv->ad, (void *)start, end - start, mr_flags(flags), &e->mr) !=
+	    ND_SUCCESS) {
+		free(e);
+		*err = WSAENOBUFS;
+		return NULL;
+	}
+	e->addr = start;
+	e->len = end - start;
+	e->flags = flags;
+	e->refs = 1;
+	e->used = ++pv->tick;
+	e->handle = pv->next_handle++;
+	e->next = pv->cache;
+	pv->cache = e;
+	pv->cached++;
+	trim(pv);
+	return e;
+}
+
+/* Lock held. */
+void wsp_rc_put(struct wsp_provider *pv, struct rc_entry *e)
+{
+	if (--e->refs)
+		return;
+	if (e->stale)
+		entry_drop(pv, e);
+	else
+		trim(pv);
+}
+
+/* Lock held.  The live registration a handle names. */
+struct rc_entry *wsp_rc_find(struct wsp_provider *pv, uint64_t handle)
+{
+	for (struct rc_entry *e = pv->cache; e; e = e->next)
+		if (e->handle == handle && e->refs && !e->stale)
+			return e;
+	return NULL;
+}
+
+void wsp_rc_drop_all(struct wsp_provider *pv)
+{
+	while (pv->cache)
+		entry_drop(pv, pv->cache);
+}
+
+static struct wsp_socket *any_socket(SOCKET h, int *err)
+{
+	struct wsp_socket *s = wsp_sock_get(h, err);
+
+	if (s && s->pv->down) {
+		*err = WSAENETDOWN;
+		wsp_sock_put(s);
+		return NULL;
+	}
+	return s;
+}
+
+uint64_t WSPRegisterMemory(SOCKET h, void *buf, uint32_t len, uint32_t flags, int *err)
+{
+	struct wsp_socket *s = any_socket(h, err);
+	struct rc_entry *e;
+
+	if (!s)
+		return 0;
+	if (!flags || (flags & ~MEM_READWRITE)) {
+		*err = WSAEINVAL;
+		wsp_sock_put(s);
+		return 0;
+	}
+	pthread_mutex_lock(&s->pv->lock);
+	e = wsp_rc_get(s->pv, buf, len, flags, err);
+	pthread_mutex_unlock(&s->pv->lock);
+	wsp_sock_put(s);
+	return e ? e->handle : 0;
+}
+
+int WSPDeregisterMemory(SOCKET h, uint64_t handle, int *err)
+{
+	struct wsp_socket *s = any_socket(h, err);
+	struct rc_entry *e;
+
+	if (!s)
+		return SOCKET_ERROR;
+	pthread_mutex_lock(&s->pv->lock);
+	e = wsp_rc_find(s->pv, handle);
+	if (e)
+		wsp_rc_put(s->pv, e);
+	pthread_mutex_unlock(&s->pv->lock);
+	wsp_sock_put(s);
+	if (!e) {
+		*err = WSAEINVAL;
+		return SOCKET_ERROR;
+	}
+	return 0;
+}
+
+struct range {
+	uintptr_t a;
+	size_t len;
+};
+
+static void invalidate_range(struct wsp_provider *pv, void *arg)
+{
+	const struct range *r = arg;
+
+	pthread_mutex_lock(&pv->lock);
+	for (struct rc_entry *e = pv->cache, *n; e; e = n) {
+		n = e->next;
+		if (e->addr >= r->a + r->len || r->a >= e->addr + e->len)
+			continue;
+		e->stale = true;
+		if (!e->refs)
+			entry_drop(pv, e);
+	}
+	pthread_mutex_unlock(&pv->lock);
+}
+
+int WSPMemoryRegistrationCacheCallback(void *addr, size_t size, int *err)
+{
+	struct range r = { (uintptr_t)addr, size };
+
+	if (!addr || !size) {
+		*err = WSAEINVAL;
+		return SOCKET_ERROR;
+	}
+	wsp_for_each_provider(invalidate_range, &r);
+	return 0;
+}
+
+/* ---- buffers offered to the peer --------------------------------------- */
+
+/* Lock held.  Post a bind or invalidate and wait for it. */
+static int window_op(struct wsp_socket *s, enum req_kind kind, struct rdma_reg *g,
+		     uint32_t rights, struct nd_mw_descriptor *d)
+{
+	struct wsp_req *r = wsp_req_new(s, kind, NULL);
+	nd_status st;
+
+	if (!r)
+		return WSAENOBUFS;
+	if (kind == REQ_BIND)
+		st = nd_ep_bind(s->ep, r, g->mr, g->mw, (void *)(uintptr_t)d->base, d->length,
+				rights, d);
+	else
+		st = nd_ep_invalidate(s->ep, r, g->mw, 0);
+	if (st != ND_SUCCESS) {
+		int code = wsp_posted_error(s, st);
+
+		wsp_req_release(r);
+		return code;
+	}
+	r->nd_pending = true;
+	return wsp_req_wait(r, NULL);
+}
+
+int WSPRegisterRdmaMemory(SOCKET h, void *buf, uint32_t len, uint32_t flags, void *desc,
+			  uint32_t *desclen, int *err)
+{
+	struct wsp_socket *s = any_socket(h, err);
+	struct nd_mw_descriptor d = { (uintptr_t)buf, len, 0 };
+	uint32_t mrf = 0, rights = 0;
+	struct wire_desc w;
+	struct rdma_reg *g;
+	int e;
+
+	if (!s)
+		return SOCKET_ERROR;
+	if (!flags || (flags & ~MEM_READWRITE)) {
+		*err = WSAEINVAL;
+		goto out;
+	}
+	if (!buf || !len || !desc || !desclen || *desclen < WSP_RDMA_DESCRIPTOR_SIZE ||
+	    !mapped((uintptr_t)buf, len)) {
+		*err = WSAEFAULT;
+		goto out;
+	}
+	if (s->state != S_CONNECTED) {
+		*err = WSAENOTCONN;
+		goto out;
+	}
+	if (flags & MEM_READ) {
+		mrf |= ND_MR_FLAG_ALLOW_REMOTE_READ;
+		rights |= ND_OP_FLAG_ALLOW_READ;
+	}
+	if (flags & MEM_WRITE) {
+		mrf |= ND_MR_FLAG_ALLOW_REMOTE_WRITE;
+		rights |= ND_OP_FLAG_ALLOW_WRITE;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g) {
+		*err = WSAENOBUFS;
+		goto out;
+	}
+	/* a region of its own: the device checks the peer against it (wsd-verbs(7)) */
+	if (nd_mr_register(s->pv->ad, buf, len, mrf, &g->mr) != ND_SUCCESS ||
+	    nd_mw_create(s->pv->ad, &g->mw) != ND_SUCCESS) {
+		if (g->mr)
+			nd_mr_deregister(g->mr);
+		free(g);
+		*err = WSAENOBUFS;
+		goto out;
+	}
+	pthread_mutex_lock(&s->pv->lock);
+	e = window_op(s, REQ_BIND, g, rights, &d);
+	if (e) {
+		pthread_mutex_unlock(&s->pv->lock);
+		nd_mw_destroy(g->mw);
+		nd_mr_deregister(g->mr);
+		free(g);
+		*err = e;
+		goto out;
+	}
+	w = (struct wire_desc){ d.base, d.length, d.token, flags, DESC_MAGIC };
+	memcpy(g->desc, &w, sizeof(w));
+	g->next = s->rdma;
+	s->rdma = g;
+	pthread_mutex_unlock(&s->pv->lock);
+	memcpy(desc, &w, sizeof(w));
+	*desclen = WSP_RDMA_DESCRIPTOR_SIZE;
+	wsp_sock_put(s);
+	return 0;
+out:
+	wsp_sock_put(s);
+	return SOCKET_ERROR;
+}
+
+static void reg_free(struct rdma_reg *g)
+{
+	(void)nd_mw_destroy(g->mw);
+	(void)nd_mr_deregister(g->mr);
+	free(g);
+}
+
+int WSPDeregisterRdmaMemory(SOCKET h, void *desc, uint32_t desclen, int *err)
+{
+	struct wsp_socket *s = any_socket(h, err);
+	struct rdma_reg *g = NULL;
+
+	if (!s)
+		return SOCKET_ERROR;
+	if (!desc || desclen != WSP_RDMA_DESCRIPTOR_SIZE) {
+		*err = desc ? WSAEINVAL : WSAEFAULT;
+		wsp_sock_put(s);
+		return SOCKET_ERROR;
+	}
+	pthread_mutex_lock(&s->pv->lock);
+	for (struct rdma_reg **p = &s->rdma; *p; p = &(*p)->next) {
+		if (!memcmp((*p)->desc, desc, WSP_RDMA_DESCRIPTOR_SIZE)) {
+			g = *p;
+			*p = g->next;
+			break;
+		}
+	}
+	/* a connection that ended took the window down with it */
+	if (g && s->state == S_CONNECTED && !s->fail)
+		(void)window_op(s, REQ_INVAL, g, 0, NULL);
+	pthread_mutex_unlock(&s->pv->lock);
+	if (!g) {
+		*err = WSAEINVAL;
+		wsp_sock_put(s);
+		return SOCKET_ERROR;
+	}
+	if (nd_mw_destroy(g->mw) == ND_DEVICE_BUSY) {
+		/* still bound (the invalidate failed): ending the connection frees it */
+		(void)nd_ep_disconnect(s->ep);
+		(void)nd_mw_destroy(g->mw);
+	}
+	(void)nd_mr_deregister(g->mr);
+	free(g);
+	wsp_sock_put(s);
+	return 0;
+}
+
+/* Lock held, connection over: every window is unbound, let them go. */
+void wsp_rdma_release_all(struct wsp_socket *s)
+{
+	while (s->rdma) {
+		struct rdma_reg *g = s->rdma;
+
+		s->rdma = g->next;
+		reg_free(g);
+	}
+}

@@ -1,0 +1,686 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Provider instances, socket handles, and request completion.  A request
+ * completes in whichever thread polls its socket's CQ first: the caller
+ * that posted it (an immediate completion), a caller waiting for it, or the
+ * instance's completion thread, which sleeps on every CQ through the
+ * completion engine while nobody else polls.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "provider/spi/spi.h"
+
+/* ---- socket handles ------------------------------------------------------ */
+
+/* A handle is a slot index and the slot's generation: stale handles miss. */
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wsp_socket **slots;
+static uint32_t *gens;
+static size_t nslots;
+
+static SOCKET handle_of(size_t i)
+{
+	return ((SOCKET)gens[i] << 24) | (SOCKET)(i + 1);
+}
+
+struct wsp_socket *wsp_sock_get(SOCKET h, int *err)
+{
+	size_t i = (size_t)(h & 0xffffff);
+	struct wsp_socket *s = NULL;
+
+	pthread_mutex_lock(&handles_lock);
+	if (i >= 1 && i <= nslots && slots[i - 1] && handle_of(i - 1) == h) {
+		s = slots[i - 1];
+		s->refs++;
+	}
+	pthread_mutex_unlock(&handles_lock);
+	if (!s)
+		*err = WSAENOTSOCK;
+	return s;
+}
+
+static void sock_free(struct wsp_socket *s)
+{
+	free(s);
+}
+
+void wsp_sock_put(struct wsp_socket *s)
+{
+	bool last;
+
+	pthread_mutex_lock(&handles_lock);
+	last = --s->refs == 0;
+	pthread_mutex_unlock(&handles_lock);
+	if (last)
+		sock_free(s);
+}
+
+SOCKET wsp_sock_new(struct wsp_provider *pv, int af, int *err, struct wsp_socket **out)
+{
+	struct wsp_socket *s = calloc(1, sizeof(*s));
+	size_t i;
+
+	if (!s) {
+		*err = WSAENOBUFS;
+		return INVALID_SOCKET;
+	}
+	s->pv = pv;
+	s->af = af;
+	s->rdma_threshold = (uint32_t)pv->info.rdma_threshold;
+	s->refs = 1;    /* the open handle's */
+	pthread_mutex_lock(&handles_lock);
+	for (i = 0; i < nslots && slots[i]; i++)
+		;
+	if (i == nslots) {
+		size_t n = nslots ? nslots * 2 : 64;
+		struct wsp_socket **ns = realloc(slots, n * sizeof(*ns));
+		uint32_t *ng = ns ? realloc(gens, n * sizeof(*ng)) : NULL;
+
+		if (ns)
+			slots = ns;
+		if (!ng || n > 0xffffff) {
+			pthread_mutex_unlock(&handles_lock);
+			free(s);
+			*err = WSAENOBUFS;
+			return INVALID_SOCKET;
+		}
+		gens = ng;
+		memset(slots + nslots, 0, (n - nslots) * sizeof(*slots));
+		memset(gens + nslots, 0, (n - nslots) * sizeof(*gens));
+		nslots = n;
+	}
+	gens[i] = (gens[i] + 1) & 0xffffff;
+	slots[i] = s;
+	s->handle = handle_of(i);
+	pthread_mutex_unlock(&handles_lock);
+	pthread_mutex_lock(&pv->lock);
+	s->next = pv->socks;
+	pv->socks = s;
+	pthread_mutex_unlock(&pv->lock);
+	*out = s;
+	return s->handle;
+}
+
+/* The handle stops working; the object lives on until its last lookup ends. */
+void wsp_sock_release_handle(struct wsp_socket *s)
+{
+	size_t i = (size_t)(s->handle & 0xffffff) - 1;
+	struct wsp_provider *pv = s->pv;
+
+	pthread_mutex_lock(&pv->lock);
+	for (struct wsp_socket **p = &pv->socks; *p; p = &(*p)->next) {
+		if (*p == s) {
+			*p = s->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&pv->lock);
+	pthread_mutex_lock(&handles_lock);
+	if (i < nslots && slots[i] == s)
+		slots[i] = NULL;
+	pthread_mutex_unlock(&handles_lock);
+	wsp_sock_put(s);
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+struct wsp_req *wsp_req_new(struct wsp_socket *s, enum req_kind kind, WSAOVERLAPPED *ov)
+{
+	struct wsp_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->s = s;
+	r->kind = kind;
+	r->ov = ov;
+	r->in_call = true;
+	if (ov) {
+		ov->Internal = WSA_IO_PENDING;
+		ov->InternalHigh = 0;
+	}
+	/* lock held by the caller */
+	r->next = s->reqs;
+	if (s->reqs)
+		s->reqs->prev = r;
+	s->reqs = r;
+	s->refs++;      /* a request keeps its socket object alive */
+	return r;
+}
+
+static void req_unlink(struct wsp_req *r)
+{
+	struct wsp_socket *s = r->s;
+
+	if (r->prev)
+		r->prev->next = r->next;
+	else if (s->reqs == r)
+		s->reqs = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	r->next = r->prev = NULL;
+}
+
+/*
+ * Lock held.  A request's memory goes once nobody can reach it: the
+ * endpoint layer has given it back (or its CQ is gone) and no call is
+ * posting it or waiting for it.
+ */
+static void req_free(struct wsp_req *r)
+{
+	struct wsp_socket *s = r->s;
+
+	for (unsigned i = 0; i < r->nregs; i++)
+		wsp_rc_put(s->pv, r->regs[i]);
+	req_unlink(r);
+	free(r);
+	/* the socket's last reference may go here; the handle table decides */
+	pthread_mutex_lock(&handles_lock);
+	s->refs--;
+	pthread_mutex_unlock(&handles_lock);
+}
+
+static void req_maybe_free(struct wsp_req *r)
+{
+	if (r->done && !r->nd_pending && !r->in_call && !r->waiting)
+		req_free(r);
+}
+
+/* Lock held.  The posting call gives the request up (say, its post failed). */
+void wsp_req_release(struct wsp_req *r)
+{
+	r->in_call = false;
+	r->done = true;
+	req_maybe_free(r);
+}
+
+/* Lock held.  The socket's CQ is gone: no result will come back for these. */
+void wsp_reqs_orphan_all(struct wsp_socket *s)
+{
+	for (struct wsp_req *r = s->reqs, *n; r; r = n) {
+		n = r->next;
+		r->nd_pending = false;
+		req_maybe_free(r);
+	}
+}
+
+int wsp_notify(SOCKET s, WSAOVERLAPPED *ov, uint32_t error, uint32_t bytes)
+{
+	struct wsp_socket *so;
+	int err = 0;
+	struct wsd_port *port;
+	uintptr_t key;
+
+	so = wsp_sock_get(s, &err);
+	if (!so)
+		return SOCKET_ERROR;
+	port = so->port;
+	key = so->key;
+	wsp_sock_put(so);
+	(void)error;
+	if (port)
+		return wsd_port_post(port, bytes, key, ov) < 0 ? SOCKET_ERROR : 0;
+	return 0;
+}
+
+/* Notifications to make once the provider lock is dropped. */
+struct pending {
+	SOCKET s;
+	WSAOVERLAPPED *ov;
+	uint32_t error, bytes;
+};
+
+static bool wants_notice(const WSAOVERLAPPED *ov)
+{
+	return ov && !((uintptr_t)ov->hEvent & 1);
+}
+
+/*
+ * Lock held.  A request is done: record its outcome, and finish it unless
+ * the call that posted it is still running (that call decides).
+ */
+static void req_complete(struct wsp_req *r, int error, uint32_t bytes, struct pending *p,
+			 int *np)
+{
+	struct wsp_provider *pv = r->s->pv;
+
+	r->done = true;
+	r->error = error;
+	r->bytes = error ? 0 : bytes;
+	pthread_cond_broadcast(&pv->cond);
+	if (r->in_call || !r->ov)
+		return;
+	r->ov->InternalHigh = r->bytes;
+	__atomic_store_n(&r->ov->Internal, (uintptr_t)r->error, __ATOMIC_RELEASE);
+	if (wants_notice(r->ov) && p) {
+		p[*np] = (struct pending){ r->s->handle, r->ov, (uint32_t)r->error, r->bytes };
+		(*np)++;
+	}
+	r->ov = NULL;   /* the caller may reuse it from now on */
+}
+
+/* The WSA code for a result, and what it says about the connection. */
+static int result_error(struct wsp_socket *s, const struct nd_result *res)
+{
+	switch (res->status) {
+	case ND_SUCCESS:
+		return 0;
+	case ND_CANCELED:
+		if (s->closing)
+			return WSA_OPERATION_ABORTED;
+		if (!s->fail)
+			s->fail = s->shut_send && s->shut_recv ? WSAESHUTDOWN : WSAECONNRESET;
+		return s->fail;
+	case ND_BUFFER_OVERFLOW:
+		s->fail = WSAECONNABORTED;
+		return WSAEMSGSIZE;
+	case ND_ACCESS_VIOLATION:
+	case ND_LOCAL_LENGTH:
+	case ND_FAILURE:
+		s->fail = WSAECONNABORTED;
+		return WSAEFAULT;
+	case ND_REMOTE_ERROR:
+		s->fail = WSAECONNABORTED;
+		return res->op == ND_OP_READ || res->op == ND_OP_WRITE ? WSAEFAULT : WSAECONNABORTED;
+	default:
+		s->fail = WSAECONNABORTED;
+		return WSAECONNABORTED;
+	}
+}
+
+static void run_pending(struct wsp_provider *pv, struct pending *p, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int err = 0;
+
+		if (pv->up.lpWPUCompleteOverlappedRequest)
+			pv->up.lpWPUCompleteOverlappedRequest(p[i].s, p[i].ov, p[i].error,
+							      p[i].bytes, &err);
+		else
+			wsp_notify(p[i].s, p[i].ov, p[i].error, p[i].bytes);
+	}
+}
+
+#define HARVEST 32
+
+/* Lock held.  Complete what the socket's CQ has; notifications go to p. */
+static int harvest_into(struct wsp_socket *s, struct pending *p)
+{
+	struct nd_result res[HARVEST];
+	int n, np = 0;
+
+	if (!s->cq)
+		return 0;
+	n = nd_cq_poll(s->cq, res, HARVEST);
+	for (int i = 0; i < n; i++) {
+		struct wsp_req *r = res[i].request_context;
+
+		if (!r)
+			continue;
+		r->nd_pending = false;
+		if (!r->done)
+			req_complete(r, result_error(s, &res[i]), (uint32_t)res[i].bytes, p, &np);
+		req_maybe_free(r);
+	}
+	return np;
+}
+
+/*
+ * Lock held.  Poll inline; notifications are made with the lock dropped
+ * and taken again, so callers must not hold pointers across this.
+ */
+void wsp_harvest(struct wsp_socket *s)
+{
+	struct pending p[HARVEST];
+	int np = harvest_into(s, p);
+
+	if (np) {
+		pthread_mutex_unlock(&s->pv->lock);
+		run_pending(s->pv, p, np);
+		pthread_mutex_lock(&s->pv->lock);
+	}
+}
+
+/*
+ * Lock held.  The posting call is over: 0 and the byte count when the
+ * request completed already (it is notified like any other), or
+ * SOCKET_ERROR with WSA_IO_PENDING, or the request's error.
+ */
+int wsp_req_finish_call(struct wsp_req *r, uint32_t *bytes, int *err)
+{
+	struct wsp_socket *s = r->s;
+	WSAOVERLAPPED *ov = r->ov;
+	struct pending p;
+	int error;
+
+	r->in_call = false;
+	if (!r->done) {
+		*err = WSA_IO_PENDING;
+		return SOCKET_ERROR;
+	}
+	error = r->error;
+	ov->InternalHigh = r->bytes;
+	__atomic_store_n(&ov->Internal, (uintptr_t)error, __ATOMIC_RELEASE);
+	if (bytes)
+		*bytes = r->bytes;
+	p = (struct pending){ s->handle, ov, (uint32_t)error, r->bytes };
+	r->ov = NULL;
+	req_maybe_free(r);
+	if (error) {
+		*err = error;   /* failed at once: no notification, as with any failed call */
+		return SOCKET_ERROR;
+	}
+	if (wants_notice(ov)) {
+		pthread_mutex_unlock(&s->pv->lock);
+		run_pending(s->pv, &p, 1);
+		pthread_mutex_lock(&s->pv->lock);
+	}
+	return 0;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * Lock held.  Wait for an internal request (no overlapped structure): poll
+ * for the spin period, then sleep until the completion thread finishes it.
+ * Returns its WSA code (and byte count) and lets it go.
+ */
+int wsp_req_wait(struct wsp_req *r, uint32_t *bytes)
+{
+	struct wsp_socket *s = r->s;
+	int64_t spin_end = now_ns() + wsd_param_long("WSD_SPIN_US") * 1000;
+	int error;
+
+	r->in_call = false;
+	r->waiting = true;
+	while (!r->done) {
+		wsp_harvest(s);
+		if (r->done)
+			break;
+		if (now_ns() < spin_end) {
+			pthread_mutex_unlock(&s->pv->lock);
+			sched_yield();
+			pthread_mutex_lock(&s->pv->lock);
+			continue;
+		}
+		pthread_cond_wait(&s->pv->cond, &s->pv->lock);
+	}
+	error = r->error;
+	if (bytes)
+		*bytes = r->bytes;
+	r->waiting = false;
+	req_maybe_free(r);
+	return error;
+}
+
+/* The WSA code for a request the endpoint layer refused at once. */
+int wsp_posted_error(struct wsp_socket *s, nd_status st)
+{
+	switch (st) {
+	case ND_CONNECTION_INVALID:
+		if (!s->fail)
+			s->fail = s->state == S_CONNECTED ? WSAECONNRESET : WSAENOTCONN;
+		return s->state == S_CONNECTED ? s->fail : WSAENOTCONN;
+	case ND_NO_MORE_ENTRIES:
+	case ND_DATA_OVERRUN:
+	case ND_NO_MEMORY:
+	case ND_INSUFFICIENT_RESOURCES:
+		return WSAENOBUFS;
+	case ND_BUFFER_OVERFLOW:
+		return WSAEMSGSIZE;
+	case ND_REMOTE_ERROR:
+	case ND_ACCESS_VIOLATION:
+		return WSAEFAULT;
+	case ND_INVALID_PARAMETER:
+		return WSAEINVAL;
+	default:
+		return WSAENETDOWN;
+	}
+}
+
+/* Lock held.  Requests still outstanding end with WSA_OPERATION_ABORTED. */
+void wsp_abort_all(struct wsp_socket *s)
+{
+	struct pending p[HARVEST];
+	int np;
+
+	s->closing = true;
+	do {
+		np = 0;
+		for (struct wsp_req *r = s->reqs, *n; r && np < HARVEST; r = n) {
+			n = r->next;
+			if (!r->done) {
+				req_complete(r, WSA_OPERATION_ABORTED, 0, p, &np);
+				req_maybe_free(r);
+			}
+		}
+		if (np) {
+			pthread_mutex_unlock(&s->pv->lock);
+			run_pending(s->pv, p, np);
+			pthread_mutex_lock(&s->pv->lock);
+		}
+	} while (np == HARVEST);
+}
+
+/* ---- the completion thread ----------------------------------------------- */
+
+/* Lock held.  Let the completion thread watch this socket's CQ. */
+int wsp_sock_watch(struct wsp_socket *s)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = s };
+
+	if (epoll_ctl(s->pv->epfd, EPOLL_CTL_ADD, nd_cq_fd(s->cq), &ev) < 0)
+		return -errno;
+	s->in_epoll = true;
+	(void)eventfd_write(s->pv->efd, 1);
+	return 0;
+}
+
+static void *completion_thread(void *arg)
+{
+	struct wsp_provider *pv = arg;
+	eventfd_t junk;
+
+	pthread_mutex_lock(&pv->lock);
+	while (!pv->down) {
+		for (struct wsp_socket *s = pv->socks; s; s = s->next) {
+			if (!s->cq)
+				continue;
+			wsp_harvest(s);
+			/* the list may have changed while notifying: start over next round */
+			if (!s->cq)
+				break;
+			nd_cq_notify(s->cq, ND_CQ_NOTIFY_ANY);
+		}
+		pthread_mutex_unlock(&pv->lock);
+		(void)wsd_engine_wait_fd(&pv->engine, pv->epfd, 100 * 1000000ll);
+		(void)eventfd_read(pv->efd, &junk);
+		pthread_mutex_lock(&pv->lock);
+	}
+	pthread_mutex_unlock(&pv->lock);
+	return NULL;
+}
+
+/* ---- startup and cleanup ------------------------------------------------- */
+
+static pthread_mutex_t instances_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wsp_provider *instances;
+
+/* Every live instance, for WSPMemoryRegistrationCacheCallback. */
+void wsp_for_each_provider(void (*fn)(struct wsp_provider *, void *), void *arg)
+{
+	pthread_mutex_lock(&instances_lock);
+	for (struct wsp_provider *pv = instances; pv; pv = pv->next)
+		fn(pv, arg);
+	pthread_mutex_unlock(&instances_lock);
+}
+
+static const WSPPROC_TABLE procs = {
+	.cbSize = sizeof(WSPPROC_TABLE),
+	.lpWSPSocket = WSPSocket,
+	.lpWSPBind = WSPBind,
+	.lpWSPListen = WSPListen,
+	.lpWSPAccept = WSPAccept,
+	.lpWSPConnect = WSPConnect,
+	.lpWSPSend = WSPSend,
+	.lpWSPRecv = WSPRecv,
+	.lpWSPShutdown = WSPShutdown,
+	.lpWSPCloseSocket = WSPCloseSocket,
+	.lpWSPGetSockOpt = WSPGetSockOpt,
+	.lpWSPSetSockOpt = WSPSetSockOpt,
+	.lpWSPIoctl = WSPIoctl,
+	.lpWSPGetOverlappedResult = WSPGetOverlappedResult,
+	.lpWSPRegisterMemory = WSPRegisterMemory,
+	.lpWSPDeregisterMemory = WSPDeregisterMemory,
+	.lpWSPRegisterRdmaMemory = WSPRegisterRdmaMemory,
+	.lpWSPDeregisterRdmaMemory = WSPDeregisterRdmaMemory,
+	.lpWSPMemoryRegistrationCacheCallback = WSPMemoryRegistrationCacheCallback,
+	.lpWSPRdmaRead = WSPRdmaRead,
+	.lpWSPRdmaWrite = WSPRdmaWrite,
+	.lpWSPCleanup = WSPCleanup,
+};
+
+static void provider_free(struct wsp_provider *pv)
+{
+	if (pv->efd >= 0)
+		close(pv->efd);
+	if (pv->epfd >= 0)
+		close(pv->epfd);
+	wsd_engine_fini(&pv->engine);
+	if (pv->ad)
+		nd_adapter_close(pv->ad);
+	pthread_mutex_destroy(&pv->lock);
+	pthread_cond_destroy(&pv->cond);
+	free(pv);
+}
+
+int WSPStartup(uint16_t version, WSPDATA *data, WSAPROTOCOL_INFO *info,
+	       const WSPUPCALLTABLE *upcalls, WSPPROC_TABLE *table)
+{
+	struct wsp_provider *pv;
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	size_t want;
+
+	if (!data || !info || !table)
+		return WSAEFAULT;
+	if ((version & 0xff00) >> 8 != 2 && (version & 0xff) != 2)
+		return WSAVERNOTSUPPORTED;
+	if (table->cbSize < sizeof(table->cbSize))
+		return WSAEINVAL;
+	pv = calloc(1, sizeof(*pv));
+	if (!pv)
+		return WSAENOBUFS;
+	pthread_mutex_init(&pv->lock, NULL);
+	pthread_cond_init(&pv->cond, NULL);
+	pv->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pv->epfd = epoll_create1(EPOLL_CLOEXEC);
+	pv->next_handle = 1;
+	if (upcalls && upcalls->cbSize >= sizeof(upcalls->cbSize))
+		memcpy(&pv->up, upcalls, upcalls->cbSize < sizeof(pv->up) ? upcalls->cbSize :
+			sizeof(pv->up));
+	if (pv->efd < 0 || pv->epfd < 0 || epoll_ctl(pv->epfd, EPOLL_CTL_ADD, pv->efd, &ev) < 0 ||
+	    wsd_engine_init(&pv->engine) < 0) {
+		provider_free(pv);
+		return WSAENOBUFS;
+	}
+	if (nd_adapter_open(NULL, &pv->ad) != ND_SUCCESS) {
+		pv->ad = NULL;
+		provider_free(pv);
+		return WSAENETDOWN;
+	}
+	nd_adapter_query(pv->ad, &pv->info);
+	if (pthread_create(&pv->thread, NULL, completion_thread, pv)) {
+		provider_free(pv);
+		return WSAENOBUFS;
+	}
+	pv->thread_started = true;
+	want = table->cbSize < sizeof(procs) ? table->cbSize : sizeof(procs);
+	memcpy(table, &procs, want);
+	table->cbSize = want;
+	data->wVersion = 0x0202;
+	data->wHighVersion = 0x0202;
+	snprintf(data->szDescription, sizeof(data->szDescription), "wsd SAN provider (%s)",
+		 pv->info.transport);
+	info->provider = pv;
+	snprintf(info->transport, sizeof(info->transport), "%s", pv->info.transport);
+	pthread_mutex_lock(&instances_lock);
+	pv->next = instances;
+	instances = pv;
+	pthread_mutex_unlock(&instances_lock);
+	return 0;
+}
+
+/*
+ * The instance stops: its thread ends, outstanding requests are aborted,
+ * and its sockets answer WSAENETDOWN until closed.  The adapter stays
+ * until the last socket closes, so their handles stay safe to use.
+ */
+int WSPCleanup(struct wsp_provider *pv, int *err)
+{
+	if (!pv) {
+		*err = WSAEINVAL;
+		return SOCKET_ERROR;
+	}
+	pthread_mutex_lock(&pv->lock);
+	if (pv->down) {
+		pthread_mutex_unlock(&pv->lock);
+		*err = WSAENETDOWN;
+		return SOCKET_ERROR;
+	}
+	pv->down = true;
+	(void)eventfd_write(pv->efd, 1);
+	pthread_mutex_unlock(&pv->lock);
+	pthread_join(pv->thread, NULL);
+	pthread_mutex_lock(&pv->lock);
+	for (struct wsp_socket *s = pv->socks; s; s = s->next) {
+		s->fail = WSAENETDOWN;
+		wsp_abort_all(s);
+		s->closing = false;
+	}
+	pthread_mutex_unlock(&pv->lock);
+	pthread_mutex_lock(&instances_lock);
+	for (struct wsp_provider **p = &instances; *p; p = &(*p)->next) {
+		if (*p == pv) {
+			*p = pv->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&instances_lock);
+	/* nothing is left open: free it now; else the last close frees it */
+	pthread_mutex_lock(&pv->lock);
+	if (!pv->socks) {
+		pthread_mutex_unlock(&pv->lock);
+		wsp_rc_drop_all(pv);
+		provider_free(pv);
+		return 0;
+	}
+	pthread_mutex_unlock(&pv->lock);
+	return 0;
+}
+
+/* After WSPCleanup, the last socket to close frees the instance. */
+void wsp_provider_maybe_free(struct wsp_provider *pv)
+{
+	bool last;
+
+	pthread_mutex_lock(&pv->lock);
+	last = pv->down && !pv->socks;
+	pthread_mutex_unlock(&pv->lock);
+	if (last) {
+		wsp_rc_drop_all(pv);
+		provider_free(pv);
+	}
+}

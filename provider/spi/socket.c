@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: MIT */
+/* SPI sockets: creation, connection setup, options, shutdown and close. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "provider/spi/spi.h"
+
+#define CONNECT_TIMEOUT_MS 30000
+#define QUEUE_DEPTH 256u
+
+/* Look the socket up and check its instance is up; NULL with *err set. */
+static struct wsp_socket *live(SOCKET h, int *err)
+{
+	struct wsp_socket *s = wsp_sock_get(h, err);
+
+	if (s && s->pv->down) {
+		*err = WSAENETDOWN;
+		wsp_sock_put(s);
+		return NULL;
+	}
+	return s;
+}
+
+static int fail_with(struct wsp_socket *s, int code, int *err)
+{
+	if (s)
+		wsp_sock_put(s);
+	*err = code;
+	return SOCKET_ERROR;
+}
+
+SOCKET WSPSocket(int af, int type, int protocol, WSAPROTOCOL_INFO *info, unsigned g,
+		 uint32_t flags, int *err)
+{
+	struct wsp_socket *s;
+
+	(void)g;
+	(void)flags;
+	if (!info || !info->provider) {
+		*err = WSAEINVAL;
+		return INVALID_SOCKET;
+	}
+	if (info->provider->down) {
+		*err = WSAENETDOWN;
+		return INVALID_SOCKET;
+	}
+	if (af != AF_INET && af != AF_INET6) {
+		*err = WSAEAFNOSUPPORT;
+		return INVALID_SOCKET;
+	}
+	if (type != SOCK_STREAM) {
+		*err = WSAEINVAL;
+		return INVALID_SOCKET;
+	}
+	if (protocol != 0 && protocol != IPPROTO_TCP) {
+		*err = WSAEPROTONOSUPPORT;
+		return INVALID_SOCKET;
+	}
+	return wsp_sock_new(info->provider, af, err, &s);
+}
+
+int WSPBind(SOCKET h, const struct sockaddr *name, socklen_t len, int *err)
+{
+	struct wsp_socket *s = live(h, err);
+
+	if (!s)
+		return SOCKET_ERROR;
+	if (!name)
+		return fail_with(s, WSAEFAULT, err);
+	if (s->bound || s->state != S_NEW || len > sizeof(s->local) || name->sa_family != s->af ||
+	    len < (s->af == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)))
+		return fail_with(s, WSAEINVAL, err);
+	memcpy(&s->local, name, len);
+	s->local_len = len;
+	s->bound = true;
+	wsp_sock_put(s);
+	return 0;
+}
+
+int WSPListen(SOCKET h, int backlog, int *err)
+{
+	struct wsp_socket *s = live(h, err);
+	nd_status st;
+
+	if (!s)
+		return SOCKET_ERROR;
+	if (s->state == S_CONNECTED)
+		return fail_with(s, WSAEISCONN, err);
+	if (!s->bound || s->state != S_NEW)
+		return fail_with(s, WSAEINVAL, err);
+	st = nd_listen(s->pv->ad, (struct sockaddr *)&s->local, s->local_len, backlog, &s->l);
+	if (st != ND_SUCCESS)
+		return fail_with(s, st == ND_ADDRESS_IN_USE ? WSAEADDRINUSE : WSAEINVAL, err);
+	s->state = S_LISTENING;
+	wsp_sock_put(s);
+	return 0;
+}
+
+/* Lock not held.  The CQ and endpoint a connected socket moves data on. */
+static int make_endpoint(struct wsp_socket *s)
+{
+	const struct nd_adapter_info *in = &s->pv->info;
+	struct nd_ep_attr a = {
+		.inbound_entries = QUEUE_DEPTH < in->max_inbound_requests ?
+				   QUEUE_DEPTH : in->max_inbound_requests,
+		.outbound_entries = QUEUE_DEPTH < in->max_outbound_requests ?
+				    QUEUE_DEPTH : in->max_outbound_requests,
+		.inbound_sge = WSP_MAX_BUFS < in->max_inbound_sge ? WSP_MAX_BUFS : in->max_inbound_sge,
+		.outbound_sge = WSP_MAX_BUFS < in->max_outbound_sge ?
+				WSP_MAX_BUFS : in->max_outbound_sge,
+		.inbound_read_limit = 16 < in->max_inbound_read_limit ?
+				      16 : in->max_inbound_read_limit,
+	};
+
+	if (nd_cq_create(s->pv->ad, a.inbound_entries + a.outbound_entries, &s->cq) != ND_SUCCESS)
+		return WSAENOBUFS;
+	a.inbound_cq = a.outbound_cq = s->cq;
+	if (nd_ep_create(s->pv->ad, &a, &s->ep) != ND_SUCCESS) {
+		nd_cq_destroy(s->cq);
+		s->cq = NULL;
+		return WSAENOBUFS;
+	}
+	return 0;
+}
+
+static void drop_endpoint(struct wsp_socket *s)
+{
+	if (s->ep) {
+		/* windows the application left bound end with the connection */
+		(void)nd_ep_disconnect(s->ep);
+		wsp_rdma_release_all(s);
+		(void)nd_ep_destroy(s->ep);
+		s->ep = NULL;
+	}
+	if (s->cq) {
+		if (s->in_epoll)
+			(void)epoll_ctl(s->pv->epfd, EPOLL_CTL_DEL, nd_cq_fd(s->cq), NULL);
+		s->in_epoll = false;
+		(void)nd_cq_destroy(s->cq);
+		s->cq = NULL;
+		wsp_reqs_orphan_all(s);
+	}
+}
+
+/* The socket is connected: the completion thread watches it from now on. */
+static int go_connected(struct wsp_socket *s)
+{
+	int ret;
+
+	pthread_mutex_lock(&s->pv->lock);
+	s->state = S_CONNECTED;
+	ret = wsp_sock_watch(s);
+	pthread_mutex_unlock(&s->pv->lock);
+	return ret < 0 ? WSAENOBUFS : 0;
+}
+
+SOCKET WSPAccept(SOCKET h, struct sockaddr *addr, socklen_t *addrlen, void *cond,
+		 uintptr_t data, int *err)
+{
+	struct wsp_socket *s = live(h, err), *ns;
+	struct nd_conn_request *req = NULL;
+	SOCKET nh;
+	nd_status st;
+	int e;
+
+	(void)data;
+	if (!s)
+		return INVALID_SOCKET;
+	if (cond || s->state != S_LISTENING || (addr && !addrlen)) {
+		fail_with(s, WSAEINVAL, err);
+		return INVALID_SOCKET;
+	}
+	/* wake now and then, so a cleanup or close is noticed */
+	do {
+		st = nd_listen_get_request(s->l, 200, &req);
+	} while (st == ND_TIMEOUT && !s->pv->down && !s->closing);
+	if (st != ND_SUCCESS) {
+		fail_with(s, s->pv->down ? WSAENETDOWN : WSAEINTR, err);
+		return INVALID_SOCKET;
+	}
+	nh = wsp_sock_new(s->pv, s->af, err, &ns);
+	if (nh == INVALID_SOCKET) {
+		nd_conn_request_reject(req);
+		wsp_sock_put(s);
+		return INVALID_SOCKET;
+	}
+	e = make_endpoint(ns);
+	if (e) {
+		nd_conn_request_reject(req);
+	} else {
+		st = nd_ep_accept(ns->ep, req, NULL, 0, CONNECT_TIMEOUT_MS);
+		e = st == ND_SUCCESS ? go_connected(ns) :
+		    st == ND_ACCESS_DENIED ? WSAEACCES : WSAECONNABORTED;
+	}
+	if (e) {
+		drop_endpoint(ns);
+		wsp_sock_release_handle(ns);
+		fail_with(s, e, err);
+		return INVALID_SOCKET;
+	}
+	if (addr) {
+		/* the endpoint layer keeps no peer address: report the family only */
+		memset(addr, 0, *addrlen);
+		if (*addrlen >= sizeof(sa_family_t))
+			addr->sa_family = (sa_family_t)s->af;
+	}
+	wsp_sock_put(s);
+	return nh;
+}
+
+int WSPConnect(SOCKET h, const struct sockaddr *name, socklen_t len, const WSABUF *caller,
+	       WSABUF *callee, void *sqos, void *gqos, int *err)
+{
+	struct wsp_socket *s = live(h, err);
+	nd_status st;
+	int e;
+
+	if (!s)
+		return SOCKET_ERROR;
+	if (!name)
+		return fail_with(s, WSAEFAULT, err);
+	if (s->state == S_CONNECTED)
+		return fail_with(s, WSAEISCONN, err);
+	if (s->state != S_NEW || sqos || gqos || name->sa_family != s->af ||
+	    (caller && caller->len > s->pv->info.private_data_length))
+		return fail_with(s, WSAEINVAL, err);
+	e = make_endpoint(s);
+	if (e)
+		return fail_with(s, e, err);
+	st = nd_ep_connect(s->ep, name, len, caller ? caller->buf : NULL, caller ? caller->len : 0,
+			   CONNECT_TIMEOUT_MS);
+	if (st != ND_SUCCESS) {
+		drop_endpoint(s);
+		return fail_with(s, st == ND_TIMEOUT ? WSAETIMEDOUT :
+				    st == ND_ACCESS_DENIED ? WSAEACCES :
+				    st == ND_INVALID_PARAMETER ? WSAEINVAL : WSAECONNREFUSED, err);
+	}
+	if (callee) {
+		size_t n = callee->len;
+
+		if (nd_ep_peer_data(s->ep, callee->buf, &n) != ND_SUCCESS)
+			n = 0;
+		callee->len = (uint32_t)n;
+	}
+	e = go_connected(s);
+	if (e)
+		return fail_with(s, e, err);
+	wsp_sock_put(s);
+	return 0;
+}
+
+int WSPShutdown(SOCKET h, int how, int *err)
+{
+	struct wsp_socket *s = live(h, err);
+
+	if (!s)
+		return SOCKET_ERROR;
+	if (how != SD_RECEIVE && how != SD_SEND && how != SD_BOTH)
+		return fail_with(s, WSAEINVAL, err);
+	if (s->state != S_CONNECTED)
+		return fail_with(s, WSAENOTCONN, err);
+	pthread_mutex_lock(&s->pv->lock);
+	if (how != SD_SEND)
+		s->shut_recv = true;
+	if (how != SD_RECEIVE)
+		s->shut_send = true;
+	if (s->shut_send && s->shut_recv && !s->fail)
+		s->fail = WSAESHUTDOWN;
+	pthread_mutex_unlock(&s->pv->lock);
+	if (how == SD_BOTH)
+		(void)nd_ep_disconnect(s->ep);
+	wsp_sock_put(s);
+	return 0;
+}
+
+int WSPCloseSocket(SOCKET h, int *err)
+{
+	struct wsp_socket *s = wsp_sock_get(h, err);
+	struct wsp_provider *pv;
+
+	if (!s)
+		return SOCKET_ERROR;
+	pv = s->pv;
+	pthread_mutex_lock(&pv->lock);
+	if (s->closing) {
+		pthread_mutex_unlock(&pv->lock);
+		return fail_with(s, WSAENOTSOCK, err);
+	}
+	wsp_abort_all(s);
+	pthread_mutex_unlock(&pv->lock);
+	if (s->l) {
+		nd_listen_close(s->l);
+		s->l = NULL;
+	}
+	pthread_mutex_lock(&pv->lock);
+	drop_endpoint(s);
+	s->state = S_CLOSED;
+	if (s->port) {
+		wsp_port_detach(s->port);
+		s->port = NULL;
+	}
+	pthread_mutex_unlock(&pv->lock);
+	wsp_sock_release_handle(s);
+	wsp_sock_put(s);
+	wsp_provider_maybe_free(pv);
+	return 0;
+}
+
+int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int *err)
+{
+	struct wsp_socket *s = live(h, err);
+	int v;
+
+	if (!s)
+		return SOCKET_ERROR;
+	if (!val || !len || *len < sizeof(int))
+		return fail_with(s, WSAEFAULT, err);
+	if (level != SOL_WSP)
+		return fail_with(s, WSAENOPROTOOPT, err);
+	switch (name) {
+	case SO_MAX_MSG_SIZE:
+		v = (int)(s->pv->info.max_transfer_length < INT32_MAX ?
+			  s->pv->info.max_transfer_length : INT32_MAX);
+		break;
+	case SO_MAX_RDMA_SIZE:
+		v = (int)(s->pv->info.max_transfer_length < INT32_MAX ?
+			  s->pv->info.max_transfer_length : INT32_MAX);
+		break;
+	case SO_RDMA_THRESHOLD_SIZE:
+		v = (int)s->rdma_threshold;
+		break;
+	default:
+		return fail_with(s, WSAENOPROTOOPT, err);
+	}
+	memcpy(val, &v, sizeof(v));
+	*len = sizeof(v);
+	wsp_sock_put(s);
+	return 0;
+}
+
+int WSPSetSockOpt(SOCKET h, int level, int name, const void *val, socklen_t len, int *err)
+{
+	struct wsp_socket *s = live(h, err);
+	int v;
+
+	if (!s)
+		return SOCKET_ERROR;
+	if (!val || len < sizeof(int))
+		return fail_with(s, WSAEFAULT, err);
+	if (level != SOL_WSP || name != SO_RDMA_THRESHOLD_SIZE)
+		return fail_with(s, WSAENOPROTOOPT, err);
+	memcpy(&v, val, sizeof(v));
+	if (v < 0)
+		return fail_with(s, WSAEINVAL, err);
+	s->rdma_threshold = (uint32_t)v;
+	wsp_sock_put(s);
+	return 0;
+}
+
+int WSPIoctl(SOCKET h, uint32_t code, void *in, uint32_t inlen, void *out, uint32_t outlen,
+	     uint32_t *returned, WSAOVERLAPPED *ov, LPWSAOVERLAPPED_COMPLETION_ROUTINE routine,
+	     WSATHREADID *tid, int *err)
+{
+	struct wsp_socket *s = live(h, err);
+	const char *name;
+	size_t n;
+
+	(void)in;
+	(void)inlen;
+	(void)tid;
+	if (!s)
+		return SOCKET_ERROR;
+	if (code != SIO_WSP_TRANSPORT || ov || routine)
+		return fail_with(s, WSAEINVAL, err);
+	name = s->ep ? nd_ep_transport(s->ep) : NULL;
+	if (!name)
+		name = s->pv->info.transport;
+	n = strlen(name) + 1;
+	if (!out || outlen < n || !returned)
+		return fail_with(s, WSAEFAULT, err);
+	memcpy(out, name, n);
+	*returned = (uint32_t)n;
+	wsp_sock_put(s);
+	return 0;
+}
