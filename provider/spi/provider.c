@@ -506,7 +506,7 @@ static void *completion_thread(void *arg)
 			nd_cq_notify(s->cq, ND_CQ_NOTIFY_ANY);
 		}
 		pthread_mutex_unlock(&pv->lock);
-		(void)wsd_engine_wait_fd(&pv->engine, pv->epfd, 100 * 1000000ll);
+		(void)wsd_engine_wait_fd(&pv->engine, pv->epfd, -1);
 		(void)eventfd_read(pv->efd, &junk);
 		pthread_mutex_lock(&pv->lock);
 	}
