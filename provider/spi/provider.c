@@ -273,7 +273,8 @@ static int result_error(struct wsp_socket *s, const struct nd_result *res)
 	case ND_SUCCESS:
 		return 0;
 	case ND_CANCELED:
-		if (s->closing)
+		/* our own close or full shutdown canceled it */
+		if (s->closing || (s->shut_send && s->shut_recv))
 			return WSA_OPERATION_ABORTED;
 		if (!s->fail)
 			s->fail = s->shut_send && s->shut_recv ? WSAESHUTDOWN : WSAECONNRESET;

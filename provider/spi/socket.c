@@ -170,7 +170,11 @@ SOCKET WSPAccept(SOCKET h, struct sockaddr *addr, socklen_t *addrlen, void *cond
 	(void)data;
 	if (!s)
 		return INVALID_SOCKET;
-	if (cond || s->state != S_LISTENING || (addr && !addrlen)) {
+	if (addr && !addrlen) {
+		fail_with(s, WSAEFAULT, err);
+		return INVALID_SOCKET;
+	}
+	if (cond || s->state != S_LISTENING) {
 		fail_with(s, WSAEINVAL, err);
 		return INVALID_SOCKET;
 	}
