@@ -318,19 +318,12 @@ nd_status nd_listen_close(struct nd_listener *l)
 	return ND_SUCCESS;
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Wait on every transport's listener at once; take a request from the first. */
 static int listen_get(struct nd_listener *l, int timeout_ms, struct nd_conn_request *req)
 {
 	struct nd_adapter *ad = l->ad;
-	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 	unsigned only = WSD_MAX_TP, n = 0;
 
 	for (unsigned i = 0; i < ad->ntp; i++)
@@ -345,7 +338,7 @@ static int listen_get(struct nd_listener *l, int timeout_ms, struct nd_conn_requ
 	for (;;) {
 		struct pollfd p[WSD_MAX_TP];
 		unsigned idx[WSD_MAX_TP];
-		int left = deadline < 0 ? -1 : (int)(deadline - mono_ms()), r;
+		int left = deadline < 0 ? -1 : (int)(deadline - wsd_now_ms()), r;
 
 		if (deadline >= 0 && left < 0)
 			left = 0;

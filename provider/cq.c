@@ -186,13 +186,6 @@ int nd_cq_fd(struct nd_cq *cq)
 	return cq ? cq->epfd : -1;
 }
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Lock held.  Has the armed notification fired?  Disarms when it has. */
 static bool cq_fired(struct nd_cq *cq)
@@ -213,7 +206,7 @@ nd_status nd_cq_wait(struct nd_cq *cq, int timeout_ms)
 
 	if (!cq)
 		return ND_INVALID_PARAMETER;
-	start = now_ns();
+	start = wsd_now_ns();
 	spin_end = start + wsd_param_long("WSD_SPIN_US") * 1000;
 	deadline = timeout_ms < 0 ? INT64_MAX : start + (int64_t)timeout_ms * 1000000;
 	pthread_mutex_lock(&cq->ad->lock);
@@ -228,7 +221,7 @@ nd_status nd_cq_wait(struct nd_cq *cq, int timeout_ms)
 			st = ND_SUCCESS;
 			break;
 		}
-		t = now_ns();
+		t = wsd_now_ns();
 		if (t >= deadline)
 			break;
 		if (t < spin_end) {

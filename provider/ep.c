@@ -223,6 +223,17 @@ nd_status nd_ep_peer_data(struct nd_ep *ep, void *buf, size_t *len)
 	return ND_SUCCESS;
 }
 
+nd_status wsd_sgl_check(const struct nd_sge *sgl, uint32_t n, uint32_t need)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		nd_status st = wsd_sge_check(&sgl[i], need);
+
+		if (st != ND_SUCCESS)
+			return st;
+	}
+	return ND_SUCCESS;
+}
+
 /* ---- posting ----------------------------------------------------------- */
 
 static nd_status sgl_length(const struct nd_sge *sgl, size_t nsge, uint64_t max,

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include "wsd/nd.h"
 #include "provider/engine.h"
@@ -217,6 +218,23 @@ WSD_HIDDEN void wsd_cq_solicited(struct nd_cq *cq);
 WSD_HIDDEN int wsd_cq_attach(struct nd_cq *cq, int fd);
 WSD_HIDDEN void wsd_cq_detach(struct nd_cq *cq, int fd);
 WSD_HIDDEN void wsd_cq_kick(struct nd_cq *cq);
+
+/* Monotonic clock, for deadlines and spin periods. */
+static inline int64_t wsd_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline int64_t wsd_now_ms(void)
+{
+	return wsd_now_ns() / 1000000;
+}
+
+/* ep.c: every SGE of a list inside its region with the rights needed */
+WSD_HIDDEN nd_status wsd_sgl_check(const struct nd_sge *sgl, uint32_t n, uint32_t need);
 
 /* params.c: WSD_* runtime parameters */
 struct wsd_param {

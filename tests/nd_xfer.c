@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "wsd/checksum.h"
 #include "wsd/nd.h"
 
 #define MSG_SIZE      (64u << 10)
@@ -102,21 +103,6 @@ static double rate_mb(uint64_t bytes, double secs)
 	return secs > 0 ? bytes / secs / 1e6 : 0.0;
 }
 
-/* The same running 64-bit hash on both ends, fed message by message. */
-static uint64_t hash_step(uint64_t h, const uint8_t *p, size_t n)
-{
-	size_t i = 0;
-	uint64_t w;
-
-	for (; i + 8 <= n; i += 8) {
-		memcpy(&w, p + i, 8);
-		h = (h ^ w) * 0x100000001b3ull;
-		h ^= h >> 29;
-	}
-	for (; i < n; i++)
-		h = (h ^ p[i]) * 0x100000001b3ull;
-	return h;
-}
 
 static void fill_random(uint8_t *p, size_t n, uint64_t x)
 {
@@ -333,7 +319,7 @@ static int server(const char *host, const char *port)
 		if (r.bytes == 0 || r.bytes > want - got)
 			fail("message %" PRIu64 " of %" PRIu64 " bytes after %" PRIu64
 			     " of %" PRIu64 " bytes", msgs, r.bytes, got, want);
-		h = hash_step(h, slot_data(&s, &r), r.bytes);
+		h = checksum_step(h, slot_data(&s, &r), r.bytes);
 		got += r.bytes;
 		msgs++;
 		post_slot(&s, (unsigned)(uintptr_t)r.request_context);
@@ -353,7 +339,7 @@ static int server(const char *host, const char *port)
 
 	/* Offer a window over a random pattern, with the verdict on the stream. */
 	fill_random(pattern, WINDOW_SIZE, 0x9e3779b97f4a7c15ull ^ h);
-	pattern_hash = hash_step(HASH_SEED, pattern, WINDOW_SIZE);
+	pattern_hash = checksum_step(HASH_SEED, pattern, WINDOW_SIZE);
 	try("create window", nd_mw_create(s.ad, &mw));
 	try("bind window", nd_ep_bind(s.ep, &bind_ctx, s.mr, mw, pattern, WINDOW_SIZE,
 				      ND_OP_FLAG_ALLOW_READ, &d));
@@ -490,7 +476,7 @@ static int client(const char *host, const char *port, uint64_t bytes)
 			struct nd_sge sge = { source + off, n, s.mr };
 
 			try("send", nd_ep_send(s.ep, NULL, &sge, 1, 0));
-			h = hash_step(h, source + off, n);
+			h = checksum_step(h, source + off, n);
 			sent += n;
 			msgs++;
 			inflight++;
@@ -559,7 +545,7 @@ static int client(const char *host, const char *port, uint64_t bytes)
 			outstanding--;
 		}
 		t1 = now_s();
-		wh = hash_step(HASH_SEED, window, d.length);
+		wh = checksum_step(HASH_SEED, window, d.length);
 		window_ok = wh == offer.pattern_hash;
 		say("read %" PRIu64 " bytes in %" PRIu64 " reads of %u bytes, %.3f s, %.1f MB/s, "
 		    "checksum %016" PRIx64 ", server's %016" PRIx64 ": %s", d.length, reads,

@@ -2,6 +2,6 @@
 #ifndef WSD_CMD_H
 #define WSD_CMD_H
 
-int wsd_cmd_demo(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "wsd/cmd.h"
+#include "wsd/checksum.h"
 #include "wsd/nd.h"
 
 #define PATTERN (8u << 20)
@@ -29,20 +30,6 @@ struct side {
 	struct nd_mr *mr;
 };
 
-static uint64_t hash_step(uint64_t h, const uint8_t *p, size_t n)
-{
-	size_t i = 0;
-	uint64_t w;
-
-	for (; i + 8 <= n; i += 8) {
-		memcpy(&w, p + i, 8);
-		h = (h ^ w) * 0x100000001b3ull;
-		h ^= h >> 29;
-	}
-	for (; i < n; i++)
-		h = (h ^ p[i]) * 0x100000001b3ull;
-	return h;
-}
 
 static double now_s(void)
 {
@@ -130,7 +117,7 @@ static int server(struct sockaddr_in *sa, uint64_t bytes, size_t msg, int ready_
 
 		if (r.op != ND_OP_RECEIVE)
 			continue;
-		h = hash_step(h, s.buf + (size_t)slot * msg, r.bytes);
+		h = checksum_step(h, s.buf + (size_t)slot * msg, r.bytes);
 		got += r.bytes;
 		post_recv(&s, msg, slot);
 	}
@@ -165,7 +152,7 @@ static int server(struct sockaddr_in *sa, uint64_t bytes, size_t msg, int ready_
 		msgbuf[0] = d.base;
 		msgbuf[1] = d.length;
 		msgbuf[2] = d.token;
-		msgbuf[3] = hash_step(0xcbf29ce484222325ull, pat, PATTERN);
+		msgbuf[3] = checksum_step(0xcbf29ce484222325ull, pat, PATTERN);
 		TRY("register", nd_mr_register(s.ad, msgbuf, sizeof(msgbuf), 0, &mmr));
 		sge.mr = mmr;
 		TRY("send descriptor", nd_ep_send(s.ep, NULL, &sge, 1, 0));
@@ -218,7 +205,7 @@ static int client(struct sockaddr_in *sa, uint64_t bytes, size_t msg)
 			continue;
 		}
 		TRY("send", nd_ep_send(s.ep, NULL, &sge, 1, 0));
-		h = hash_step(h, pat + off, n);
+		h = checksum_step(h, pat + off, n);
 		outstanding++;
 		sent += n;
 		off = (off + n + 4093) % (PATTERN - msg);
@@ -263,7 +250,7 @@ static int client(struct sockaddr_in *sa, uint64_t bytes, size_t msg)
 				TRY("read", nd_ep_read(s.ep, NULL, &sge, 1, &desc, o, 0));
 				(void)wait_one(&s);
 			}
-			hh = hash_step(hh, pat, desc.length);
+			hh = checksum_step(hh, pat, desc.length);
 			if (hh != d[3]) {
 				fprintf(stderr, "wsd demo: read checksum MISMATCH\n");
 				return 1;
@@ -304,7 +291,7 @@ static uint64_t parse_size(const char *s)
 	return v;
 }
 
-int wsd_cmd_demo(int argc, char **argv)
+int cmd_demo(int argc, char **argv)
 {
 	uint64_t bytes = 1ull << 30;
 	size_t msg = 64 << 10;

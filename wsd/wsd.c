@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "info"))
 		return cmd_info();
 	if (!strcmp(argv[1], "demo"))
-		return wsd_cmd_demo(argc - 1, argv + 1);
+		return cmd_demo(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
 		return usage(stdout);
 	fprintf(stderr, "wsd: unknown command '%s'\n", argv[1]);

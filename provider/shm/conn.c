@@ -354,13 +354,6 @@ static void reject_sock(int sock, nd_status why)
 	(void)send_ctl(sock, &m, NULL, 0);
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int remaining(int64_t deadline)
 {
@@ -368,7 +361,7 @@ static int remaining(int64_t deadline)
 
 	if (deadline < 0)
 		return -1;
-	left = deadline - mono_ms();
+	left = deadline - wsd_now_ms();
 	return left > 0 ? (int)left : 0;
 }
 
@@ -376,7 +369,7 @@ static int listen_get_op(struct nd_listener *l, void *priv, int timeout_ms,
 			 struct nd_conn_request *req)
 {
 	struct shm_listener *sl = priv;
-	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 
 	for (;;) {
 		struct shm_request *r;
@@ -489,7 +482,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 			    const void *priv, size_t plen, int timeout_ms)
 {
 	struct shm_ctl m = { .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_HELLO };
-	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 	struct sockaddr_un un;
 	socklen_t unlen;
 	struct shm_conn *c;

@@ -88,16 +88,6 @@ static void ring_copy(uint8_t *ring, uint32_t size, uint64_t pos, const struct n
 	}
 }
 
-static nd_status sgl_check(const struct nd_sge *sgl, uint32_t nsge, uint32_t need)
-{
-	for (uint32_t i = 0; i < nsge; i++) {
-		nd_status st = wsd_sge_check(&sgl[i], need);
-
-		if (st != ND_SUCCESS)
-			return st;
-	}
-	return ND_SUCCESS;
-}
 
 /* Fail a request: it carries the status, the connection ends. */
 static void wr_fail(struct nd_ep *ep, struct nd_wr *wr, nd_status st)
@@ -203,7 +193,7 @@ static void exec_rdma(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 	nd_status st;
 	uint64_t off;
 
-	st = sgl_check(wr->sgl, wr->nsge,
+	st = wsd_sgl_check(wr->sgl, wr->nsge,
 		       wr->op == ND_OP_READ ? ND_MR_FLAG_ALLOW_LOCAL_WRITE : 0);
 	if (st != ND_SUCCESS)
 		return wr_fail(ep, wr, st);
@@ -270,7 +260,7 @@ static int exec_send(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 	if (!wr->started) {
 		uint64_t total = msg_pad(HDR + wr->length);
 		struct shm_msg *m = slot_at(c->tx_ring, size, head);
-		nd_status st = sgl_check(wr->sgl, wr->nsge, 0);
+		nd_status st = wsd_sgl_check(wr->sgl, wr->nsge, 0);
 
 		if (st != ND_SUCCESS) {
 			wr_fail(ep, wr, st);
@@ -475,7 +465,7 @@ static void run_inbound(struct nd_ep *ep, struct shm_conn *c)
 			c->cur_start = tail;
 			c->cur_done = 0;
 			rw = &ep->rq[ep->rq_head % ep->attr.inbound_entries];
-			st = sgl_check(rw->sgl, rw->nsge, ND_MR_FLAG_ALLOW_LOCAL_WRITE);
+			st = wsd_sgl_check(rw->sgl, rw->nsge, ND_MR_FLAG_ALLOW_LOCAL_WRITE);
 			if (st == ND_SUCCESS && c->cur.len > rw->length)
 				st = ND_BUFFER_OVERFLOW;
 			if (st == ND_SUCCESS && c->cur.op != ND_OP_SEND &&

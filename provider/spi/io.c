@@ -289,13 +289,6 @@ int WSPRdmaWrite(SOCKET s, WSABUFEX *bufs, uint32_t n, void *desc, uint32_t desc
 
 /* ---- results ------------------------------------------------------------- */
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 int WSPGetOverlappedResult(SOCKET h, WSAOVERLAPPED *ov, uint32_t *bytes, int wait,
 			   uint32_t *flags, int *err)
@@ -310,7 +303,7 @@ int WSPGetOverlappedResult(SOCKET h, WSAOVERLAPPED *ov, uint32_t *bytes, int wai
 		fail(s, WSAEFAULT, err);
 		return 0;
 	}
-	spin_end = now_ns() + wsd_param_long("WSD_SPIN_US") * 1000;
+	spin_end = wsd_now_ns() + wsd_param_long("WSD_SPIN_US") * 1000;
 	pthread_mutex_lock(&s->pv->lock);
 	for (;;) {
 		st = __atomic_load_n(&ov->Internal, __ATOMIC_ACQUIRE);
@@ -321,7 +314,7 @@ int WSPGetOverlappedResult(SOCKET h, WSAOVERLAPPED *ov, uint32_t *bytes, int wai
 		st = __atomic_load_n(&ov->Internal, __ATOMIC_ACQUIRE);
 		if (st != WSA_IO_PENDING || !wait)
 			break;
-		if (now_ns() < spin_end) {
+		if (wsd_now_ns() < spin_end) {
 			pthread_mutex_unlock(&s->pv->lock);
 			sched_yield();
 			pthread_mutex_lock(&s->pv->lock);

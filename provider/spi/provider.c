@@ -386,13 +386,6 @@ int wsp_req_finish_call(struct wsp_req *r, uint32_t *bytes, int *err)
 	return 0;
 }
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /*
  * Lock held.  Wait for an internal request (no overlapped structure): poll
@@ -402,7 +395,7 @@ static int64_t now_ns(void)
 int wsp_req_wait(struct wsp_req *r, uint32_t *bytes)
 {
 	struct wsp_socket *s = r->s;
-	int64_t spin_end = now_ns() + wsd_param_long("WSD_SPIN_US") * 1000;
+	int64_t spin_end = wsd_now_ns() + wsd_param_long("WSD_SPIN_US") * 1000;
 	int error;
 
 	r->in_call = false;
@@ -411,7 +404,7 @@ int wsp_req_wait(struct wsp_req *r, uint32_t *bytes)
 		wsp_harvest(s);
 		if (r->done)
 			break;
-		if (now_ns() < spin_end) {
+		if (wsd_now_ns() < spin_end) {
 			pthread_mutex_unlock(&s->pv->lock);
 			sched_yield();
 			pthread_mutex_lock(&s->pv->lock);

@@ -191,13 +191,6 @@ static uint64_t mw_token_op(struct nd_ep *ep, void *mwpriv)
 
 /* ---- rdma_cm events ---------------------------------------------------- */
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int nonblock(int fd)
 {
@@ -212,7 +205,7 @@ static int next_event(struct rdma_event_channel *ch, int64_t deadline,
 {
 	for (;;) {
 		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-		int left = deadline < 0 ? -1 : (int)(deadline - mono_ms());
+		int left = deadline < 0 ? -1 : (int)(deadline - wsd_now_ms());
 		int r;
 
 		if (rdma_get_cm_event(ch, ev) == 0)
@@ -328,7 +321,7 @@ static int listen_get_op(struct nd_listener *l, void *priv, int timeout_ms,
 			 struct nd_conn_request *req)
 {
 	struct vb_listener *vl = priv;
-	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 
 	(void)l;
 	for (;;) {
@@ -517,7 +510,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 			    const void *priv, size_t plen, int timeout_ms)
 {
 	struct vb_conn *vc = calloc(1, sizeof(*vc));
-	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 	int step = timeout_ms < 0 || timeout_ms > 2000 ? 2000 : timeout_ms;
 	uint8_t pd[VB_CONNECT_PRIV];
 	struct rdma_conn_param cp = { .private_data = pd,
@@ -579,7 +572,7 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 {
 	struct vb_request *vr = req->tpriv;
 	struct vb_conn *vc = calloc(1, sizeof(*vc));
-	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 	uint8_t pd[VB_CONNECT_PRIV];
 	struct rdma_conn_param cp = { .private_data = pd,
 				      .private_data_len = (uint8_t)(sizeof(struct vb_hello) + plen),

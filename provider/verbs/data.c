@@ -66,17 +66,6 @@ static void to_sge(const struct nd_ep *ep, const struct nd_sge *in, uint32_t n,
 	}
 }
 
-/* The same local checks shm makes, so both transports give the same status. */
-static nd_status sgl_check(const struct nd_sge *sgl, uint32_t n, uint32_t need)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		nd_status st = wsd_sge_check(&sgl[i], need);
-
-		if (st != ND_SUCCESS)
-			return st;
-	}
-	return ND_SUCCESS;
-}
 
 static int track_mw(struct vb_conn *vc, struct nd_mw *mw)
 {
@@ -126,7 +115,7 @@ static nd_status build(struct nd_ep *ep, struct vb_conn *vc, struct nd_wr *wr, u
 	memset(sw, 0, sizeof(*sw));
 	sw->wr_id = idx;
 	if (wr->op != ND_OP_BIND && wr->op != ND_OP_INVALIDATE) {
-		st = sgl_check(wr->sgl, wr->nsge, need);
+		st = wsd_sgl_check(wr->sgl, wr->nsge, need);
 		if (st != ND_SUCCESS)
 			return st;
 		to_sge(ep, wr->sgl, wr->nsge, sge);
@@ -252,7 +241,7 @@ static void post_recvs(struct nd_ep *ep, struct vb_conn *vc)
 		 * reports every kind as a protection error, so remember which.
 		 */
 		vc->rq_status[vc->rq_posted % ep->attr.inbound_entries] =
-			sgl_check(rw->sgl, rw->nsge, ND_MR_FLAG_ALLOW_LOCAL_WRITE);
+			wsd_sgl_check(rw->sgl, rw->nsge, ND_MR_FLAG_ALLOW_LOCAL_WRITE);
 		to_sge(ep, rw->sgl, rw->nsge, sge);
 		if (ibv_post_recv(vc->id->qp, &r, &bad)) {
 			wsd_ep_terminate(ep);
