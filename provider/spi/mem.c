@@ -8,6 +8,7 @@
  * their own and a memory window bound on the connection.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -39,8 +40,12 @@ static int mapped(uintptr_t a, size_t len)
 	return msync((void *)start, a + len - start, MS_ASYNC) == 0;
 }
 
+/* Cached registrations in the process: the memory hooks do nothing while 0. */
+static _Atomic unsigned long live_entries;
+
 static void entry_drop(struct wsp_provider *pv, struct rc_entry *e)
 {
+	atomic_fetch_sub(&live_entries, 1);
 	for (struct rc_entry **p = &pv->cache; *p; p = &(*p)->next) {
 		if (*p == e) {
 			*p = e->next;
@@ -121,6 +126,7 @@ struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf, size_t len
 	e->next = pv->cache;
 	pv->cache = e;
 	pv->cached++;
+	atomic_fetch_add(&live_entries, 1);
 	trim(pv);
 	return e;
 }
@@ -223,15 +229,23 @@ static void invalidate_range(struct wsp_provider *pv, void *arg)
 	pthread_mutex_unlock(&pv->lock);
 }
 
-int WSPMemoryRegistrationCacheCallback(void *addr, size_t size, int *err)
+/* Memory is going away: every instance forgets what it cached over it. */
+void wsp_rc_invalidate(const void *addr, size_t size)
 {
 	struct range r = { (uintptr_t)addr, size };
 
+	if (!atomic_load_explicit(&live_entries, memory_order_relaxed))
+		return;
+	wsp_for_each_provider(invalidate_range, &r);
+}
+
+int WSPMemoryRegistrationCacheCallback(void *addr, size_t size, int *err)
+{
 	if (!addr || !size) {
 		*err = WSAEINVAL;
 		return SOCKET_ERROR;
 	}
-	wsp_for_each_provider(invalidate_range, &r);
+	wsp_rc_invalidate(addr, size);
 	return 0;
 }
 

@@ -140,6 +140,7 @@ WSD_HIDDEN struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf,
 WSD_HIDDEN void wsp_rc_put(struct wsp_provider *pv, struct rc_entry *e);
 WSD_HIDDEN struct rc_entry *wsp_rc_find(struct wsp_provider *pv, uint64_t handle);
 WSD_HIDDEN void wsp_rc_drop_all(struct wsp_provider *pv);
+WSD_HIDDEN void wsp_rc_invalidate(const void *addr, size_t size);
 WSD_HIDDEN void wsp_rdma_release_all(struct wsp_socket *s);
 
 /* port.c */
