@@ -174,6 +174,16 @@ nd_status nd_cq_notify(struct nd_cq *cq, enum nd_cq_notify_type type)
 	pthread_mutex_lock(&cq->ad->lock);
 	cq->armed = type;
 	cq->fired = false;
+	/*
+	 * The caller is about to sleep on nd_cq_fd: forget doorbells already
+	 * answered, so the fd turns readable only on news.  Work already here
+	 * rings it again just below.
+	 */
+	{
+		eventfd_t junk;
+
+		(void)eventfd_read(cq->efd, &junk);
+	}
 	/* Ask the peers for doorbells so nd_cq_fd turns readable on news. */
 	if (cq_arm(cq))
 		(void)eventfd_write(cq->efd, 1);

@@ -4,6 +4,7 @@
  * Runs on the transport named by WSD_TEST_TRANSPORT (default shm).
  */
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -708,6 +709,47 @@ START_TEST(idle_wait_sleeps)
 }
 END_TEST
 
+static int peer_send_one(struct tside *s, void *arg)
+{
+	struct nd_sge g = t_sge(s, 0, 8);
+
+	(void)arg;
+	oob_sync(s);
+	PEER_CHECK(nd_ep_send(s->ep, NULL, &g, 1, 0) == ND_SUCCESS);
+	PEER_CHECK(t_wait(s->ocq, 5000).status == ND_SUCCESS);
+	oob_sync(s);
+	return 0;
+}
+
+/*
+ * nd_cq_fd as an event loop uses it: arm, sleep on the fd, poll, re-arm.
+ * Once the news is taken the fd must go quiet, or the loop spins.
+ */
+START_TEST(cq_fd_quiet_after_poll)
+{
+	struct tside s;
+	struct nd_sge g;
+	struct nd_result r;
+	struct pollfd p;
+
+	pair_start(&s, NULL, peer_send_one, NULL, NULL);
+	g = t_sge(&s, 0, 64);
+	ck_status(nd_ep_receive(s.ep, NULL, &g, 1), ND_SUCCESS);
+	ck_status(nd_cq_notify(s.icq, ND_CQ_NOTIFY_ANY), ND_SUCCESS);
+	p = (struct pollfd){ .fd = nd_cq_fd(s.icq), .events = POLLIN };
+	ck_assert_int_eq(poll(&p, 1, 0), 0);
+	oob_sync(&s);
+	ck_assert_int_eq(poll(&p, 1, 5000), 1);
+	ck_assert_int_eq(nd_cq_poll(s.icq, &r, 1), 1);
+	ck_status(r.status, ND_SUCCESS);
+	ck_status(nd_cq_notify(s.icq, ND_CQ_NOTIFY_ANY), ND_SUCCESS);
+	ck_assert_int_eq(poll(&p, 1, 100), 0);
+	oob_sync(&s);
+	ck_assert_int_eq(pair_finish(&s), 0);
+	tside_close(&s);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	TCase *tc = t_case("endpoint", argc, argv);
@@ -729,5 +771,6 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, solicited_notify);
 	tcase_add_test(tc, small_cq_backpressure);
 	tcase_add_test(tc, idle_wait_sleeps);
+	tcase_add_test(tc, cq_fd_quiet_after_poll);
 	return t_run("nd", tc);
 }

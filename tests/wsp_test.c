@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/pair.h"
@@ -23,7 +24,7 @@
 struct spi {
 	WSAPROTOCOL_INFO info;
 	WSPPROC_TABLE procs;
-	SOCKET s;
+	SOCKET s, l;                 /* l: the peer's listener, for more accepts */
 	int oob_in, oob_out;
 	pid_t peer;
 	uint8_t *buf;
@@ -43,6 +44,8 @@ static void spi_start(struct spi *p)
 
 typedef int (*spi_peer_fn)(struct spi *p, void *arg);
 
+static in_port_t last_port;      /* where the latest spi_pair peer listens */
+
 /* Fork a peer that accepts one connection and runs fn; connect to it. */
 static void spi_pair(struct spi *me, spi_peer_fn fn, void *arg)
 {
@@ -50,6 +53,7 @@ static void spi_pair(struct spi *me, spi_peer_fn fn, void *arg)
 	struct sockaddr_in sa = t_addr(t_port());
 	char c;
 
+	last_port = sa.sin_port;
 	ck_assert(pipe(to) == 0 && pipe(from) == 0);
 	fflush(NULL);
 	me->peer = fork();
@@ -73,6 +77,7 @@ static void spi_pair(struct spi *me, spi_peer_fn fn, void *arg)
 		p.s = WSPAccept(l, NULL, NULL, NULL, 0, &err);
 		if (p.s == INVALID_SOCKET)
 			_exit(92);
+		p.l = l;
 		_exit(fn(&p, arg));
 	}
 	close(to[0]);
@@ -623,6 +628,107 @@ START_TEST(close_aborts_outstanding)
 }
 END_TEST
 
+static int peer_recv_many(struct spi *p, void *arg)
+{
+	int n = (int)(intptr_t)arg, err;
+	char b[64];
+	WSABUF w = { sizeof(b), b };
+	uint32_t got, fl = 0;
+
+	for (int i = 0; i < n; i++)
+		PCHECK(WSPRecv(p->s, &w, 1, &got, &fl, NULL, NULL, NULL, &err) == 0);
+	sync_fd(p->oob_in, p->oob_out);
+	return 0;
+}
+
+/* After traffic the instance goes idle: its completion thread sleeps. */
+START_TEST(idle_after_traffic)
+{
+	struct spi p;
+	char b[8] = "x";
+	WSABUF w = { 1, b };
+	uint32_t n;
+	int err;
+	struct timespec c0, c1;
+	double ms;
+
+	spi_pair(&p, peer_recv_many, (void *)(intptr_t)1);
+	usleep(50000);   /* the completion thread goes to sleep, doorbells armed */
+	ck_assert_int_eq(WSPSend(p.s, &w, 1, &n, 0, NULL, NULL, NULL, &err), 0);
+	usleep(20000);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	usleep(300000);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	ms = (c1.tv_sec - c0.tv_sec) * 1e3 + (c1.tv_nsec - c0.tv_nsec) / 1e6;
+	ck_assert_msg(ms < 60, "idle for 300 ms, used %.1f ms of CPU", ms);
+	sync_fd(p.oob_in, p.oob_out);
+	ck_assert_int_eq(spi_finish(&p), 0);
+}
+END_TEST
+
+static int peer_accept_many(struct spi *p, void *arg)
+{
+	int n = (int)(intptr_t)arg, err;
+	char b[8];
+	WSABUF w = { sizeof(b), b };
+	uint32_t got, fl = 0;
+
+	PCHECK(WSPCloseSocket(p->s, &err) == 0);
+	for (int i = 0; i < n; i++) {
+		SOCKET c = WSPAccept(p->l, NULL, NULL, NULL, 0, &err);
+
+		PCHECK(c != INVALID_SOCKET);
+		PCHECK(WSPRecv(c, &w, 1, &got, &fl, NULL, NULL, NULL, &err) == 0);
+		PCHECK(WSPCloseSocket(c, &err) == 0);
+	}
+	sync_fd(p->oob_in, p->oob_out);
+	return 0;
+}
+
+/*
+ * Sockets closed the moment their completion came through a port: the
+ * completion thread may still be finishing with them.
+ */
+START_TEST(close_right_after_completion)
+{
+	struct spi p;
+	struct wsd_port *port;
+	const int n = 60;
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+	char b[8] = "x";
+	WSABUF w = { 1, b };
+	int err;
+
+	spi_pair(&p, peer_accept_many, (void *)(intptr_t)n);
+	ck_assert_int_eq(WSPCloseSocket(p.s, &err), 0);
+	ck_assert_int_eq(wsd_port_create(&port), 0);
+	sa = t_addr(0);
+	(void)len;
+	for (int i = 0; i < n; i++) {
+		WSAOVERLAPPED ov = { 0 }, *got;
+		uint32_t bytes;
+		uintptr_t key;
+		SOCKET c = WSPSocket(AF_INET, SOCK_STREAM, 0, &p.info, 0, 0, &err);
+		int r;
+
+		ck_assert(c != INVALID_SOCKET);
+		sa.sin_port = last_port;
+		ck_assert_int_eq(WSPConnect(c, (struct sockaddr *)&sa, sizeof(sa), NULL, NULL, NULL,
+					    NULL, &err), 0);
+		ck_assert_int_eq(wsd_port_associate(port, c, (uintptr_t)i), 0);
+		r = WSPSend(c, &w, 1, &bytes, 0, &ov, NULL, NULL, &err);
+		ck_assert(r == 0 || err == WSA_IO_PENDING);
+		ck_assert_int_eq(wsd_port_wait(port, &bytes, &key, &got, 5000), 1);
+		ck_assert_ptr_eq(got, &ov);
+		ck_assert_int_eq(WSPCloseSocket(c, &err), 0);
+	}
+	ck_assert_int_eq(wsd_port_close(port), 0);
+	sync_fd(p.oob_in, p.oob_out);
+	ck_assert_int_eq(spi_finish(&p), 0);
+}
+END_TEST
+
 /* ---- completion ports ----------------------------------------------------- */
 
 struct waiter_arg {
@@ -755,6 +861,8 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, rdma_after_deregister);
 	tcase_add_test(tc, rdma_peer_closed);
 	tcase_add_test(tc, close_aborts_outstanding);
+	tcase_add_test(tc, idle_after_traffic);
+	tcase_add_test(tc, close_right_after_completion);
 	tcase_add_test(tc, port_threads);
 	tcase_add_test(tc, port_close_wakes_waiters);
 	tcase_add_test(tc, registration_cache);

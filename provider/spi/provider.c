@@ -52,6 +52,13 @@ static void sock_free(struct wsp_socket *s)
 	free(s);
 }
 
+void wsp_sock_ref(struct wsp_socket *s)
+{
+	pthread_mutex_lock(&handles_lock);
+	s->refs++;
+	pthread_mutex_unlock(&handles_lock);
+}
+
 void wsp_sock_put(struct wsp_socket *s)
 {
 	bool last;
@@ -151,7 +158,7 @@ struct wsp_req *wsp_req_new(struct wsp_socket *s, enum req_kind kind, WSAOVERLAP
 	if (s->reqs)
 		s->reqs->prev = r;
 	s->reqs = r;
-	s->refs++;      /* a request keeps its socket object alive */
+	wsp_sock_ref(s);   /* a request keeps its socket object alive */
 	return r;
 }
 
@@ -483,28 +490,60 @@ int wsp_sock_watch(struct wsp_socket *s)
 	return 0;
 }
 
+/*
+ * Lock held.  Take a reference on every socket with a CQ: a socket may be
+ * closed while the lock is dropped to notify, and must not vanish under us.
+ */
+static unsigned snapshot(struct wsp_provider *pv, struct wsp_socket ***out, unsigned *cap)
+{
+	unsigned n = 0;
+
+	for (struct wsp_socket *s = pv->socks; s; s = s->next) {
+		if (!s->cq)
+			continue;
+		if (n == *cap) {
+			unsigned c = *cap ? *cap * 2 : 16;
+			struct wsp_socket **a = realloc(*out, c * sizeof(*a));
+
+			if (!a)
+				break;   /* the rest waits for the next round */
+			*out = a;
+			*cap = c;
+		}
+		wsp_sock_ref(s);
+		(*out)[n++] = s;
+	}
+	return n;
+}
+
 static void *completion_thread(void *arg)
 {
 	struct wsp_provider *pv = arg;
+	struct wsp_socket **socks = NULL;
+	unsigned cap = 0;
 	eventfd_t junk;
 
 	pthread_mutex_lock(&pv->lock);
 	while (!pv->down) {
-		for (struct wsp_socket *s = pv->socks; s; s = s->next) {
-			if (!s->cq)
-				continue;
+		unsigned n = snapshot(pv, &socks, &cap);
+
+		for (unsigned i = 0; i < n; i++) {
+			struct wsp_socket *s = socks[i];
+
 			wsp_harvest(s);
-			/* the list may have changed while notifying: start over next round */
-			if (!s->cq)
-				break;
-			nd_cq_notify(s->cq, ND_CQ_NOTIFY_ANY);
+			/* closed while we notified: its CQ is gone */
+			if (s->cq)
+				nd_cq_notify(s->cq, ND_CQ_NOTIFY_ANY);
 		}
 		pthread_mutex_unlock(&pv->lock);
+		for (unsigned i = 0; i < n; i++)
+			wsp_sock_put(socks[i]);
 		(void)wsd_engine_wait_fd(&pv->engine, pv->epfd, -1);
 		(void)eventfd_read(pv->efd, &junk);
 		pthread_mutex_lock(&pv->lock);
 	}
 	pthread_mutex_unlock(&pv->lock);
+	free(socks);
 	return NULL;
 }
 

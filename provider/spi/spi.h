@@ -116,6 +116,7 @@ struct wsp_provider {
 
 /* provider.c */
 WSD_HIDDEN struct wsp_socket *wsp_sock_get(SOCKET h, int *err);
+WSD_HIDDEN void wsp_sock_ref(struct wsp_socket *s);
 WSD_HIDDEN void wsp_sock_put(struct wsp_socket *s);
 WSD_HIDDEN SOCKET wsp_sock_new(struct wsp_provider *pv, int af, int *err,
 			       struct wsp_socket **out);
