@@ -1014,15 +1014,6 @@ static void spi_link_close(struct spi_link *l)
 {
 	int ret;
 
-	/*
-	 * The provider's completion thread posts to the port with the instance
-	 * lock dropped and then takes it again through the socket it holds no
-	 * reference on: a close in that window frees the socket under it (a
-	 * use-after-free, SIGSEGV in wsp_harvest).  Sleep first, so that thread
-	 * (pinned to our core) gets back to its wait before we close.
-	 */
-	if (l->c->use_port)
-		usleep(2000);
 	spi_close(l->s);
 	spi_close(l->l);
 	if (l->port && (ret = wsd_port_close(l->port)) < 0)
