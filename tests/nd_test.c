@@ -217,6 +217,7 @@ static const char *connect_with(const char *lt, const char *ct, nd_status *st)
 	waitpid(pid, &status, 0);
 	close(p[0]);
 	close(p[1]);
+	tside_close(&c);
 	return *st == ND_SUCCESS ? used : NULL;
 }
 

@@ -97,8 +97,8 @@ END_TEST
 
 int main(void)
 {
-	Suite *su = suite_create("rcache_hooks");
-	TCase *tc = tcase_create("hooks");
+	Suite *su;
+	TCase *tc;
 	SRunner *sr;
 	int failed;
 
@@ -109,6 +109,8 @@ int main(void)
 	return 77;
 #endif
 	setenv("WSD_TRANSPORT", "shm", 1);
+	su = suite_create("rcache_hooks");
+	tc = tcase_create("hooks");
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, cached_until_released);
 	tcase_add_test(tc, freed);

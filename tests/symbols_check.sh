@@ -4,7 +4,7 @@
 set -eu
 lib=${top_builddir:-.}/.libs/libwsd.so
 [ -f "$lib" ] || { echo "FAIL: $lib not built"; exit 1; }
-leaks=$(nm -D --defined-only "$lib" | awk '$2 != "A" {print $3}' | grep -vE '^(nd_|wsd_|WSP|munmap$|mremap$|madvise$|free$)' || true)
+leaks=$(nm -D --defined-only "$lib" | awk '$2 != "A" {sub(/@.*/, "", $3); print $3}' | grep -vE '^(nd_|wsd_|WSP|munmap$|mremap$|madvise$|free$)' || true)
 if [ -n "$leaks" ]; then
 	echo "FAIL: symbols exported without the project's prefix:"
 	echo "$leaks"

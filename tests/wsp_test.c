@@ -28,6 +28,7 @@ struct spi {
 	int oob_in, oob_out;
 	pid_t peer;
 	uint8_t *buf;
+	int cleaned;                 /* the test ran WSPCleanup itself */
 };
 
 static void spi_start(struct spi *p)
@@ -40,6 +41,18 @@ static void spi_start(struct spi *p)
 	ck_assert_int_eq(WSPStartup(WSP_VERSION, &d, &p->info, NULL, &p->procs), 0);
 	p->buf = aligned_alloc(4096, BUF);
 	memset(p->buf, 0, BUF);
+	p->cleaned = 0;
+}
+
+/* Close what the test left open and stop the instance. */
+static void spi_stop(struct spi *p)
+{
+	int err;
+
+	(void)WSPCloseSocket(p->s, &err);
+	if (!p->cleaned)
+		ck_assert_int_eq(WSPCleanup(p->info.provider, &err), 0);
+	free(p->buf);
 }
 
 typedef int (*spi_peer_fn)(struct spi *p, void *arg);
@@ -123,6 +136,7 @@ static int spi_finish(struct spi *me)
 {
 	int status;
 
+	spi_stop(me);
 	close(me->oob_out);
 	close(me->oob_in);
 	ck_assert(waitpid(me->peer, &status, 0) == me->peer);
@@ -207,7 +221,8 @@ START_TEST(socket_errors)
 	ck_assert_int_eq(WSPSend((SOCKET)12345678, &b, 1, &n, 0, NULL, NULL, NULL, &err),
 			 SOCKET_ERROR);
 	ck_assert_int_eq(err, WSAENOTSOCK);
-	ck_assert_int_eq(WSPCleanup(p.info.provider, &err), 0);
+	p.s = INVALID_SOCKET;
+	spi_stop(&p);
 }
 END_TEST
 
@@ -496,11 +511,13 @@ START_TEST(rdma_call_errors)
 	ck_assert_int_eq(WSPRdmaRead(lone, &b, 1, desc, sizeof(desc), 0, &n, 0, &ov, NULL, NULL,
 				     &err), SOCKET_ERROR);
 	ck_assert_int_eq(err, WSAENOTCONN);
+	ck_assert_int_eq(WSPCloseSocket(lone, &err), 0);
 	/* nothing above hurt the connection */
 	ck_assert(RD(&b, 1, desc, sizeof(desc), 0, 0, &ov, NULL) == 0 || err == WSA_IO_PENDING);
 	ck_assert_int_eq(WSPGetOverlappedResult(p.s, &ov, &n, 1, NULL, &err), 1);
 	/* WSAENETDOWN: the instance is cleaned up under the socket */
 	ck_assert_int_eq(WSPCleanup(p.info.provider, &err), 0);
+	p.cleaned = 1;
 	ck_assert_int_eq(RD(&b, 1, desc, sizeof(desc), 0, 0, &ov, NULL), SOCKET_ERROR);
 	ck_assert_int_eq(err, WSAENETDOWN);
 #undef RD
