@@ -158,6 +158,7 @@ START_TEST(startup_and_tables)
 	setenv("WSD_TRANSPORT", t_transport(), 1);
 	t.cbSize = sizeof(t);
 	ck_assert_int_eq(WSPStartup(0x0101, &d, &a, NULL, &t), WSAVERNOTSUPPORTED);
+	ck_assert_int_eq(WSPStartup(0x0201, &d, &a, NULL, &t), WSAVERNOTSUPPORTED);  /* 1.2 */
 	ck_assert_int_eq(WSPStartup(WSP_VERSION, NULL, &a, NULL, &t), WSAEFAULT);
 	ck_assert_int_eq(WSPStartup(WSP_VERSION, &d, &a, NULL, &t), 0);
 	ck_assert_uint_eq(t.cbSize, sizeof(t));

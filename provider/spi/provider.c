@@ -609,7 +609,8 @@ int WSPStartup(uint16_t version, WSPDATA *data, WSAPROTOCOL_INFO *info,
 
 	if (!data || !info || !table)
 		return WSAEFAULT;
-	if ((version & 0xff00) >> 8 != 2 && (version & 0xff) != 2)
+	/* as MAKEWORD builds it: the major version in the low byte */
+	if ((version & 0xff) != 2)
 		return WSAVERNOTSUPPORTED;
 	if (table->cbSize < sizeof(table->cbSize))
 		return WSAEINVAL;
