@@ -3,5 +3,6 @@
 #define WSD_CMD_H
 
 int cmd_demo(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

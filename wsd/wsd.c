@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The wsd command: info, demo (run, stat and bench come with the switch). */
+/* The wsd command: info, demo, run (stat and bench come with the switch). */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +10,7 @@ static int usage(FILE *f)
 {
 	fprintf(f, "usage: wsd info\n"
 		   "       wsd demo [--bytes N[K|M|G]] [--msg N[K|M]]\n"
+		   "       wsd run [options] -- PROGRAM [ARGS...]\n"
 		   "see wsd(1)\n");
 	return f == stderr ? 2 : 0;
 }
@@ -57,6 +58,8 @@ int main(int argc, char **argv)
 		return cmd_info();
 	if (!strcmp(argv[1], "demo"))
 		return cmd_demo(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
 		return usage(stdout);
 	fprintf(stderr, "wsd: unknown command '%s'\n", argv[1]);
