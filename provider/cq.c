@@ -217,7 +217,7 @@ nd_status nd_cq_wait(struct nd_cq *cq, int timeout_ms)
 	if (!cq)
 		return ND_INVALID_PARAMETER;
 	start = wsd_now_ns();
-	spin_end = start + wsd_param_long("WSD_SPIN_US") * 1000;
+	spin_end = start + wsd_spin_ns();
 	deadline = timeout_ms < 0 ? INT64_MAX : start + (int64_t)timeout_ms * 1000000;
 	pthread_mutex_lock(&cq->ad->lock);
 	if (!cq->armed)

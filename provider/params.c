@@ -84,3 +84,18 @@ void wsd_debug(const char *fmt, ...)
 	fputc('\n', stderr);
 	va_end(ap);
 }
+
+static pthread_once_t spin_once = PTHREAD_ONCE_INIT;
+static int64_t spin_ns;
+
+static void spin_init(void)
+{
+	spin_ns = wsd_param_long("WSD_SPIN_US") * 1000;
+}
+
+/* WSD_SPIN_US in ns, read once: waits ask for it on every call. */
+int64_t wsd_spin_ns(void)
+{
+	pthread_once(&spin_once, spin_init);
+	return spin_ns;
+}

@@ -10,8 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include <check.h>
-
+#include "tests/pair.h"
 #include "wsd/wsp.h"
 
 static WSAPROTOCOL_INFO info;
@@ -97,10 +96,7 @@ END_TEST
 
 int main(void)
 {
-	Suite *su;
 	TCase *tc;
-	SRunner *sr;
-	int failed;
 
 #ifdef WSD_SANITIZERS
 	/* ASan's runtime comes first in every link and takes free and munmap
@@ -109,16 +105,10 @@ int main(void)
 	return 77;
 #endif
 	setenv("WSD_TRANSPORT", "shm", 1);
-	su = suite_create("rcache_hooks");
-	tc = tcase_create("hooks");
+	tc = t_case("hooks", 0, NULL);
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, cached_until_released);
 	tcase_add_test(tc, freed);
 	tcase_add_test(tc, unmapped_remapped_discarded);
-	suite_add_tcase(su, tc);
-	sr = srunner_create(su);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return t_run("rcache_hooks", tc);
 }

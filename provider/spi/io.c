@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* SPI data transfer: WSPSend, WSPRecv, WSPRdmaRead/Write, overlapped results. */
 #include <errno.h>
-#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -303,7 +302,7 @@ int WSPGetOverlappedResult(SOCKET h, WSAOVERLAPPED *ov, uint32_t *bytes, int wai
 		fail(s, WSAEFAULT, err);
 		return 0;
 	}
-	spin_end = wsd_now_ns() + wsd_param_long("WSD_SPIN_US") * 1000;
+	spin_end = wait ? wsd_now_ns() + wsd_spin_ns() : 0;
 	pthread_mutex_lock(&s->pv->lock);
 	for (;;) {
 		st = __atomic_load_n(&ov->Internal, __ATOMIC_ACQUIRE);
@@ -314,13 +313,7 @@ int WSPGetOverlappedResult(SOCKET h, WSAOVERLAPPED *ov, uint32_t *bytes, int wai
 		st = __atomic_load_n(&ov->Internal, __ATOMIC_ACQUIRE);
 		if (st != WSA_IO_PENDING || !wait)
 			break;
-		if (wsd_now_ns() < spin_end) {
-			pthread_mutex_unlock(&s->pv->lock);
-			sched_yield();
-			pthread_mutex_lock(&s->pv->lock);
-			continue;
-		}
-		pthread_cond_wait(&s->pv->cond, &s->pv->lock);
+		wsp_wait_step(s->pv, spin_end);
 	}
 	pthread_mutex_unlock(&s->pv->lock);
 	if (flags)

@@ -395,6 +395,22 @@ int wsp_req_finish_call(struct wsp_req *r, uint32_t *bytes, int *err)
 
 
 /*
+ * Lock held.  One step of waiting for a completion: yield while the spin
+ * period lasts (a peer sharing the core can run), then sleep until the
+ * next completion anywhere in the instance.
+ */
+void wsp_wait_step(struct wsp_provider *pv, int64_t spin_end)
+{
+	if (wsd_now_ns() < spin_end) {
+		pthread_mutex_unlock(&pv->lock);
+		sched_yield();
+		pthread_mutex_lock(&pv->lock);
+		return;
+	}
+	pthread_cond_wait(&pv->cond, &pv->lock);
+}
+
+/*
  * Lock held.  Wait for an internal request (no overlapped structure): poll
  * for the spin period, then sleep until the completion thread finishes it.
  * Returns its WSA code (and byte count) and lets it go.
@@ -402,7 +418,7 @@ int wsp_req_finish_call(struct wsp_req *r, uint32_t *bytes, int *err)
 int wsp_req_wait(struct wsp_req *r, uint32_t *bytes)
 {
 	struct wsp_socket *s = r->s;
-	int64_t spin_end = wsd_now_ns() + wsd_param_long("WSD_SPIN_US") * 1000;
+	int64_t spin_end = wsd_now_ns() + wsd_spin_ns();
 	int error;
 
 	r->in_call = false;
@@ -411,13 +427,7 @@ int wsp_req_wait(struct wsp_req *r, uint32_t *bytes)
 		wsp_harvest(s);
 		if (r->done)
 			break;
-		if (wsd_now_ns() < spin_end) {
-			pthread_mutex_unlock(&s->pv->lock);
-			sched_yield();
-			pthread_mutex_lock(&s->pv->lock);
-			continue;
-		}
-		pthread_cond_wait(&s->pv->cond, &s->pv->lock);
+		wsp_wait_step(s->pv, spin_end);
 	}
 	error = r->error;
 	if (bytes)

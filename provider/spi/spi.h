@@ -128,6 +128,7 @@ WSD_HIDDEN struct wsp_req *wsp_req_new(struct wsp_socket *s, enum req_kind kind,
 WSD_HIDDEN void wsp_req_release(struct wsp_req *r);
 WSD_HIDDEN void wsp_reqs_orphan_all(struct wsp_socket *s);
 WSD_HIDDEN int wsp_req_finish_call(struct wsp_req *r, uint32_t *bytes, int *err);
+WSD_HIDDEN void wsp_wait_step(struct wsp_provider *pv, int64_t spin_end);
 WSD_HIDDEN int wsp_req_wait(struct wsp_req *r, uint32_t *bytes);
 WSD_HIDDEN int wsp_posted_error(struct wsp_socket *s, nd_status st);
 WSD_HIDDEN int wsp_notify(SOCKET s, WSAOVERLAPPED *ov, uint32_t error, uint32_t bytes);
