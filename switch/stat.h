@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What a process running the switch publishes for `wsd stat`: one file per
+ * process, /dev/shm/wsd-stat.<pid>, mode 0600, holding a header and a table
+ * of slots, one per socket.  The process writes with relaxed atomics; a
+ * reader copies a slot and trusts it when gen is even and unchanged across
+ * the copy (a seqlock).  The process removes the file when it exits; a
+ * reader removes files whose pid is gone.
+ */
+#ifndef WSD_SWITCH_STAT_H
+#define WSD_SWITCH_STAT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define WSD_STAT_MAGIC   0x54534457u    /* "WDST" */
+#define WSD_STAT_VERSION 1u
+#define WSD_STAT_SLOTS   8192u
+#define WSD_STAT_DIR     "/dev/shm"
+#define WSD_STAT_PREFIX  "wsd-stat."
+
+struct wsd_stat_addr {
+	uint8_t family;        /* AF_INET, AF_INET6, 0: unknown */
+	uint8_t pad;
+	uint16_t port;         /* host order */
+	uint8_t addr[16];      /* IPv4 in the first 4 bytes */
+};
+
+struct wsd_stat_slot {
+	_Atomic uint32_t gen;  /* odd while being written */
+	uint32_t used;         /* 1: a live socket */
+	int32_t fd;
+	uint8_t path;          /* enum wsd_path: 0 tcp, 1 shm, 2 verbs */
+	uint8_t reason;        /* enum wsd_reason */
+	uint8_t listening;
+	uint8_t pad;
+	struct wsd_stat_addr local, peer;
+	/* counters, bytes unless said */
+	_Atomic uint64_t tcp_tx, tcp_rx;        /* through the kernel stream */
+	_Atomic uint64_t copy_tx, copy_rx;      /* through the ring */
+	_Atomic uint64_t zcopy_tx, zcopy_rx;    /* by RDMA read */
+	_Atomic uint64_t doorbells_tx, doorbells_rx;   /* count */
+	_Atomic uint64_t waits;                 /* count of sleeps */
+	_Atomic uint64_t fallbacks;             /* count of declined upgrades */
+};
+
+struct wsd_stat_file {
+	uint32_t magic;
+	uint32_t version;
+	int32_t pid;
+	uint32_t nslots;
+	char comm[16];
+	_Atomic uint32_t hiwater;   /* slots [0, hiwater) may be in use */
+	uint32_t pad[3];
+	struct wsd_stat_slot slots[];
+};
+
+/* The switch's side (switch/stat.c). */
+/* Never NULL: a private dummy slot when the table is full or unavailable. */
+struct wsd_stat_slot *wsd_stat_alloc(void);
+void wsd_stat_free(struct wsd_stat_slot *slot);
+/* Begin/end an update of the slot's descriptive fields (not the counters). */
+void wsd_stat_begin(struct wsd_stat_slot *slot);
+void wsd_stat_end(struct wsd_stat_slot *slot);
+/* after fork, in the child: a file of its own */
+void wsd_stat_atfork_child(void);
+
+static inline void wsd_stat_add(struct wsd_stat_slot *slot, _Atomic uint64_t *ctr, uint64_t n)
+{
+	(void)slot;
+	atomic_fetch_add_explicit(ctr, n, memory_order_relaxed);
+}
+
+#endif /* WSD_SWITCH_STAT_H */

@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The switch: libwsd.so's socket layer.  Internal to libwsd.so.
+ *
+ * Every AF_INET/AF_INET6 stream socket the program creates or accepts gets a
+ * struct wsd_sock, found from its fd (and from every dup of it).  It starts
+ * and may stay as the plain kernel TCP connection.  When both ends run wsd,
+ * the connecting side asks the listening side's switch (through the SPI, on
+ * the transport the provider picks) to take the connection over; each
+ * direction then switches at a byte count its sender announces, and data
+ * moves through a ring in the receiver's memory that the sender fills with
+ * WSPRdmaWrite (small) or by zero copy through WSPRdmaRead (large).  The
+ * kernel socket stays open as the visible fd, the liveness signal and the
+ * doorbell.  wsd-protocol(7) is the reference for what goes on the wire.
+ *
+ * Files: real.c (the C library's own calls), fdtab.c (fd -> sock), sock.c
+ * (socket lifecycle calls), io.c (data calls), poll.c (readiness calls),
+ * session.c (the ring protocol), upgrade.c (registry and handshake),
+ * stat.c (counters published for `wsd stat`).
+ */
+#ifndef WSD_SWITCH_H
+#define WSD_SWITCH_H
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "wsd/wsp.h"
+#include "switch/stat.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- the C library's own calls (real.c) ------------------------------------ */
+
+struct real_calls {
+	int (*socket)(int, int, int);
+	int (*connect)(int, const struct sockaddr *, socklen_t);
+	int (*bind)(int, const struct sockaddr *, socklen_t);
+	int (*listen)(int, int);
+	int (*accept)(int, struct sockaddr *, socklen_t *);
+	int (*accept4)(int, struct sockaddr *, socklen_t *, int);
+	int (*close)(int);
+	int (*shutdown)(int, int);
+	ssize_t (*read)(int, void *, size_t);
+	ssize_t (*write)(int, const void *, size_t);
+	ssize_t (*readv)(int, const struct iovec *, int);
+	ssize_t (*writev)(int, const struct iovec *, int);
+	ssize_t (*recv)(int, void *, size_t, int);
+	ssize_t (*send)(int, const void *, size_t, int);
+	ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+	ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+	ssize_t (*recvmsg)(int, struct msghdr *, int);
+	ssize_t (*sendmsg)(int, const struct msghdr *, int);
+	ssize_t (*sendfile)(int, int, off_t *, size_t);
+	ssize_t (*splice)(int, off_t *, int, off_t *, size_t, unsigned int);
+	int (*poll)(struct pollfd *, nfds_t, int);
+	int (*ppoll)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
+	int (*select)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+	int (*pselect)(int, fd_set *, fd_set *, fd_set *, const struct timespec *,
+		       const sigset_t *);
+	int (*epoll_create)(int);
+	int (*epoll_create1)(int);
+	int (*epoll_ctl)(int, int, int, struct epoll_event *);
+	int (*epoll_wait)(int, struct epoll_event *, int, int);
+	int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
+	int (*dup)(int);
+	int (*dup2)(int, int);
+	int (*dup3)(int, int, int);
+	int (*fcntl)(int, int, ...);
+	int (*ioctl)(int, unsigned long, ...);
+	pid_t (*fork)(void);
+	int (*setsockopt)(int, int, int, const void *, socklen_t);
+	int (*getsockopt)(int, int, int, void *, socklen_t *);
+};
+
+extern struct real_calls real;
+/* Fill `real` (once; safe from any interposed call, before constructors). */
+void wsd_real_init(void);
+
+/* ---- per-socket state -------------------------------------------------------- */
+
+enum wsd_path { PATH_TCP, PATH_SHM, PATH_VERBS };
+
+/* Why a socket is not (yet) accelerated: wsd stat shows these; wsd-protocol(7). */
+enum wsd_reason {
+	R_NONE = 0,        /* accelerated */
+	R_PENDING,         /* not upgraded yet: upgrades lazily, after some traffic */
+	R_LISTENER,        /* a listening socket: its connections are upgraded */
+	R_DISABLED,        /* WSD_SWITCH=0 */
+	R_PEER_PLAIN,      /* the peer answered nothing: no wsd there */
+	R_REFUSED,         /* the peer's switch refused (it sent its reason) */
+	R_NO_MATCH,        /* the peer's switch found no connection with this 4-tuple */
+	R_ACCESS,          /* the transport declined: other user, no ptrace right */
+	R_PROVIDER,        /* the provider failed (no transport, no memory) */
+	R_FORKED,          /* upgraded before fork; the child's copy is detached */
+	R_UNSUPPORTED,     /* a socket option or use the switch does not carry */
+	R_PROTOCOL,        /* the peer spoke a different protocol version */
+	R_NREASONS
+};
+
+const char *wsd_reason_name(enum wsd_reason r);
+
+/* Rx/tx direction mode: see session.c. */
+enum { DIR_TCP = 0, DIR_DRAIN, DIR_RING };
+
+struct wsd_session;
+
+struct wsd_sock {
+	_Atomic int refs;            /* fds naming it, plus temporary holders */
+	int fd;                      /* one of those fds, for real calls */
+	int family;
+	bool listening;
+	bool connected_side;         /* created by connect (the side that upgrades) */
+	uint64_t created_ns;
+
+	pthread_mutex_t mu;          /* state below, session attach */
+	pthread_mutex_t tx_lock;     /* one sender at a time (as the socket lock) */
+	pthread_mutex_t rx_lock;     /* one receiver at a time */
+
+	/* byte counts on the kernel stream (data only, not doorbells) */
+	uint64_t tcp_tx, tcp_rx;
+	int tx_mode, rx_mode;
+	uint64_t rx_switch_at;       /* DRAIN: TCP data ends at this count */
+	bool tx_shut, rx_shut;       /* shutdown() by the application */
+	bool peer_fin;               /* the peer's FIN record was consumed */
+
+	/* blocking-wait bookkeeping (mu) */
+	int plain_waiters;           /* inside a real blocking recv before the switch */
+	int sleepers;                /* inside a doorbell wait */
+	bool rx_ready_sent;
+
+	_Atomic int upgrade_state;   /* UP_* */
+	struct wsd_session *sess;    /* set once established; freed with the sock */
+
+	/* the 4-tuple, filled when known */
+	bool tuple_known;
+	struct sockaddr_storage local, peer;
+
+	struct wsd_stat_slot *stat;  /* this socket's published counters */
+	/* epoll sets this socket was added to (poll.c; guarded by mu) */
+	struct wsd_epitem *ep_items;
+	/* bumped each time a recv/send returns EAGAIN: edge-triggered epoll
+	 * reports an accelerated socket again only after the application ran
+	 * dry (or a doorbell arrived) */
+	_Atomic uint32_t rx_eagain, tx_eagain;
+};
+
+enum { UP_NONE = 0, UP_QUEUED, UP_RUNNING, UP_DONE, UP_FAILED };
+
+/* ---- fd table (fdtab.c) ------------------------------------------------------ */
+
+/* The sock an fd names, with a reference (wsd_sock_put), or NULL. */
+struct wsd_sock *wsd_fd_get(int fd);
+/* Point fd at s (takes a reference).  Replaces what fd named. */
+void wsd_fd_set(int fd, struct wsd_sock *s);
+/* Forget fd; returns the sock it named (its reference now the caller's). */
+struct wsd_sock *wsd_fd_take(int fd);
+/* Call fn for every fd naming a sock (holding fd-table lock: fn must not block). */
+void wsd_fd_each(void (*fn)(int fd, struct wsd_sock *s, void *arg), void *arg);
+/* True when any fd names a sock: the interposed calls' fast exit. */
+bool wsd_fd_any(void);
+
+struct wsd_sock *wsd_sock_new(int fd, int family);
+void wsd_sock_hold(struct wsd_sock *s);
+void wsd_sock_put(struct wsd_sock *s);
+/* Another fd of the same socket, after s->fd closed (or -1). */
+void wsd_sock_refd(struct wsd_sock *s, int closed_fd);
+
+/* ---- the session (session.c) ------------------------------------------------- */
+
+/* True when the socket carries data outside the kernel stream (either way). */
+bool wsd_sock_accel(struct wsd_sock *s);
+
+/*
+ * The data calls.  buf/iov as the application gave them; flags MSG_*.
+ * Return bytes or -errno (the edge sets errno).  Plain sockets go straight
+ * to the kernel; these handle every mode.
+ */
+ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, int flags);
+ssize_t wsd_sock_recv(struct wsd_sock *s, const struct iovec *iov, int iovcnt, int flags);
+
+/*
+ * Readiness of an accelerated socket as the application would see it from
+ * the kernel: POLLIN, POLLOUT, POLLHUP, POLLRDHUP, POLLERR, within `events`
+ * (POLLHUP/POLLERR always).  kernel_revents: what a real poll of the fd
+ * for POLLIN said (doorbells, the TCP phase's data, EOF, errors).  With
+ * arm, a socket that is not ready asks its peer to make the fd readable
+ * when it becomes so (a doorbell) and drops doorbells already read.
+ */
+short wsd_sock_revents(struct wsd_sock *s, short events, short kernel_revents, bool arm);
+
+/* shutdown()/close() of an accelerated socket; the last close frees it. */
+int wsd_sock_shutdown(struct wsd_sock *s, int how);
+void wsd_sock_closed(struct wsd_sock *s);   /* the last fd went: tell the peer */
+
+/* The session's share of freeing a sock. */
+void wsd_session_free(struct wsd_session *ss);
+
+/* ---- readiness calls (poll.c) ------------------------------------------------- */
+
+/* s just became accelerated: move its epoll registrations to the doorbell. */
+void wsd_poll_sock_accelerated(struct wsd_sock *s);
+/* s's last fd closed: forget its epoll registrations. */
+void wsd_poll_sock_gone(struct wsd_sock *s);
+/* fd was closed (any fd): forget it if it was an epoll set. */
+void wsd_poll_fd_closed(int fd);
+
+/* ---- upgrade (upgrade.c) ----------------------------------------------------- */
+
+/* listen() succeeded on s: register its port so peers can find us. */
+void wsd_upgrade_listen(struct wsd_sock *s);
+/* The listener closes. */
+void wsd_upgrade_unlisten(struct wsd_sock *s);
+/* accept() made s: attach a handshake that arrived first. */
+void wsd_upgrade_accepted(struct wsd_sock *s);
+/* A data call on s: start the upgrade when it is worth it (lazy, cheap). */
+void wsd_upgrade_maybe(struct wsd_sock *s);
+/* fork: in the child, forget threads and provider state. */
+void wsd_upgrade_atfork_child(void);
+
+/* The path an fd's connection takes: "tcp", "shm", "verbs", or NULL for no
+ * socket of ours.  Exported for tests and tools (libwsd(7)). */
+EXPORT const char *wsd_switch_path(int fd);
+
+/* ---- runtime ------------------------------------------------------------------ */
+
+struct wsd_switch_params {
+	bool enabled;                /* WSD_SWITCH */
+	uint32_t ring_size;          /* WSD_SWITCH_RING */
+	uint64_t upgrade_bytes;      /* WSD_UPGRADE_BYTES */
+	uint64_t upgrade_ns;         /* WSD_UPGRADE_US */
+	uint32_t zcopy_threshold;    /* WSD_ZCOPY_THRESHOLD (0: the provider's) */
+};
+
+const struct wsd_switch_params *wsd_switch_params(void);
+
+/* Set errno from a -errno result and return -1; pass other values. */
+static inline ssize_t wsd_ret(ssize_t r)
+{
+	extern int *__errno_location(void);
+
+	if (r < 0) {
+		*__errno_location() = (int)-r;
+		return -1;
+	}
+	return r;
+}
+
+#endif /* WSD_SWITCH_H */
