@@ -24,6 +24,16 @@ static const struct wsd_param params[] = {
 	  "unused memory registrations the SPI keeps for reuse, per provider instance" },
 	{ "WSD_SHM_WINDOWS", "integer", "256",
 	  "memory windows one shm endpoint can have bound at once" },
+	{ "WSD_SWITCH", "integer", "1",
+	  "0: the preloaded switch leaves every connection on kernel TCP" },
+	{ "WSD_SWITCH_RING", "integer", "262144",
+	  "bytes in each connection's receive ring (power of two, 16 KiB to 64 MiB)" },
+	{ "WSD_UPGRADE_BYTES", "integer", "16384",
+	  "a connection is upgraded once it has carried this many bytes ..." },
+	{ "WSD_UPGRADE_US", "integer", "1000",
+	  "... or once it is this many microseconds old, whichever comes first" },
+	{ "WSD_ZCOPY_THRESHOLD", "integer", "262144",
+	  "blocking sends of at least this many bytes go by zero copy (0: never)" },
 };
 
 const struct wsd_param *wsd_params(size_t *count)

@@ -116,9 +116,11 @@ struct wsd_session;
 
 struct wsd_sock {
 	_Atomic int refs;            /* fds naming it, plus temporary holders */
+	_Atomic int nfds;            /* fds naming it */
 	int fd;                      /* one of those fds, for real calls */
 	int family;
 	bool listening;
+	bool nonblock;               /* O_NONBLOCK on the open file description */
 	bool connected_side;         /* created by connect (the side that upgrades) */
 	uint64_t created_ns;
 
@@ -138,6 +140,11 @@ struct wsd_sock {
 	int sleepers;                /* inside a doorbell wait */
 	bool rx_ready_sent;
 
+	bool accel;                  /* data may move outside the kernel stream */
+	bool no_upgrade;             /* shared with another process by fork */
+	bool detached;               /* a fork child's copy of an upgraded socket */
+	bool tcp_eof, tcp_err;       /* the kernel stream ended (after the switch) */
+	int tcp_errno;
 	_Atomic int upgrade_state;   /* UP_* */
 	struct wsd_session *sess;    /* set once established; freed with the sock */
 
@@ -168,6 +175,8 @@ struct wsd_sock *wsd_fd_take(int fd);
 void wsd_fd_each(void (*fn)(int fd, struct wsd_sock *s, void *arg), void *arg);
 /* True when any fd names a sock: the interposed calls' fast exit. */
 bool wsd_fd_any(void);
+/* fork, in the child: the table's lock may have been held by a lost thread. */
+void wsd_fd_atfork_child(void);
 
 struct wsd_sock *wsd_sock_new(int fd, int family);
 void wsd_sock_hold(struct wsd_sock *s);

@@ -232,11 +232,15 @@ static void invalidate_range(struct wsp_provider *pv, void *arg)
 /* Memory is going away: every instance forgets what it cached over it. */
 void wsp_rc_invalidate(const void *addr, size_t size)
 {
+	static __thread bool inside;
 	struct range r = { (uintptr_t)addr, size };
 
-	if (!atomic_load_explicit(&live_entries, memory_order_relaxed))
+	/* dropping an entry frees its bookkeeping, which lands here again */
+	if (inside || !atomic_load_explicit(&live_entries, memory_order_relaxed))
 		return;
+	inside = true;
 	wsp_for_each_provider(invalidate_range, &r);
+	inside = false;
 }
 
 int WSPMemoryRegistrationCacheCallback(void *addr, size_t size, int *err)

@@ -562,6 +562,22 @@ static void *completion_thread(void *arg)
 static pthread_mutex_t instances_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct wsp_provider *instances;
 
+/*
+ * A forked child has none of the parent's threads, and the parent's
+ * instances' locks may have been held by them: the child starts with no
+ * instances (the parent's are left alone, not freed).
+ */
+static void instances_atfork_child(void)
+{
+	pthread_mutex_init(&instances_lock, NULL);
+	instances = NULL;
+}
+
+__attribute__((constructor)) static void instances_init(void)
+{
+	pthread_atfork(NULL, NULL, instances_atfork_child);
+}
+
 /* Every live instance, for WSPMemoryRegistrationCacheCallback. */
 void wsp_for_each_provider(void (*fn)(struct wsp_provider *, void *), void *arg)
 {
@@ -627,7 +643,19 @@ int WSPStartup(uint16_t version, WSPDATA *data, WSAPROTOCOL_INFO *info,
 	pv = calloc(1, sizeof(*pv));
 	if (!pv)
 		return WSAENOBUFS;
-	pthread_mutex_init(&pv->lock, NULL);
+	{
+		/*
+		 * Recursive: the memory hooks' free() runs inside the provider
+		 * too (it frees its own requests under this lock) and takes it
+		 * to look for registrations over the freed block.
+		 */
+		pthread_mutexattr_t ma;
+
+		pthread_mutexattr_init(&ma);
+		pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+		pthread_mutex_init(&pv->lock, &ma);
+		pthread_mutexattr_destroy(&ma);
+	}
 	pthread_cond_init(&pv->cond, NULL);
 	pv->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pv->epfd = epoll_create1(EPOLL_CLOEXEC);

@@ -1,0 +1,1134 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The ring protocol (wsd-protocol(7)).  Each side owns a receive region:
+ * control words its peer writes, then a ring its peer fills with records by
+ * WSPRdmaWrite.  Each direction starts on the kernel stream; its sender
+ * switches when the receiver said it is ready (rx_ready) by writing a
+ * SWITCH record naming the stream byte count N; the receiver delivers
+ * exactly N bytes from the kernel stream and then reads the ring.  Kernel
+ * bytes after N are doorbells: sent only when the peer armed a generation
+ * word, so an idle connection costs no CPU and the application's own fd
+ * turns readable for poll/epoll.
+ *
+ * Locks: rx_lock, then tx_lock, then mu.  Nobody sleeps holding one.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "provider/internal.h"
+#include "switch/session.h"
+
+#define W_RX 0
+#define W_TX 1
+#define W_MU 2
+#define TICK_MS 10                   /* waits no doorbell can end */
+
+static size_t iov_total(const struct iovec *iov, int n)
+{
+	size_t t = 0;
+
+	for (int i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+/* A position in an iovec array. */
+struct cursor {
+	const struct iovec *iov;
+	int n, i;
+	size_t off;
+};
+
+static size_t cur_left(const struct cursor *c)
+{
+	size_t t = 0;
+
+	for (int i = c->i; i < c->n; i++)
+		t += c->iov[i].iov_len - (i == c->i ? c->off : 0);
+	return t;
+}
+
+static void cur_skip(struct cursor *c, size_t n)
+{
+	while (n && c->i < c->n) {
+		size_t k = c->iov[c->i].iov_len - c->off;
+
+		if (k > n)
+			k = n;
+		c->off += k;
+		n -= k;
+		if (c->off == c->iov[c->i].iov_len) {
+			c->i++;
+			c->off = 0;
+		}
+	}
+	while (c->i < c->n && c->iov[c->i].iov_len == 0)
+		c->i++;
+}
+
+static size_t cur_copy_to(struct cursor *c, const uint8_t *src, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n && c->i < c->n) {
+		size_t k = c->iov[c->i].iov_len - c->off;
+
+		if (k > n - done)
+			k = n - done;
+		memcpy((uint8_t *)c->iov[c->i].iov_base + c->off, src + done, k);
+		done += k;
+		cur_skip(c, k);
+	}
+	return done;
+}
+
+static size_t cur_copy_from(struct cursor *c, uint8_t *dst, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n && c->i < c->n) {
+		size_t k = c->iov[c->i].iov_len - c->off;
+
+		if (k > n - done)
+			k = n - done;
+		memcpy(dst + done, (const uint8_t *)c->iov[c->i].iov_base + c->off, k);
+		done += k;
+		cur_skip(c, k);
+	}
+	return done;
+}
+
+static int wsa_errno(int e)
+{
+	switch (e) {
+	case WSAECONNRESET: case WSAECONNABORTED: case WSAENOTCONN: case WSAESHUTDOWN:
+	case WSAENETDOWN: case WSA_OPERATION_ABORTED:
+		return ECONNRESET;
+	case WSAENOBUFS:
+		return ENOBUFS;
+	case WSAEFAULT:
+		return EFAULT;
+	default:
+		return EIO;
+	}
+}
+
+/* Finish an SPI RDMA call: 0 or -errno. */
+static int rdma_done(SOCKET ws, WSAOVERLAPPED *ov, int ret, int err)
+{
+	uint32_t bytes, fl;
+
+	if (ret == 0)
+		return 0;
+	if (err != WSA_IO_PENDING)
+		return -wsa_errno(err);
+	if (!wsd_spi()->lpWSPGetOverlappedResult(ws, ov, &bytes, 1, &fl, &err))
+		return -wsa_errno(err);
+	return 0;
+}
+
+static int rdma_write(struct wsd_session *ss, void *buf, uint32_t len, uint64_t handle,
+		      uint64_t offset)
+{
+	WSABUFEX b = { len, buf, handle };
+	WSAOVERLAPPED ov = { .hEvent = (void *)1 };
+	uint32_t n;
+	int err = 0;
+	int r = wsd_spi()->lpWSPRdmaWrite(ss->ws, &b, 1, ss->peer_desc, sizeof(ss->peer_desc),
+					  (uint32_t)offset, &n, 0, &ov, NULL, NULL, &err);
+
+	return rdma_done(ss->ws, &ov, r, err);
+}
+
+/* Write one of the peer's control words. */
+static int put_word(struct wsd_session *ss, int which, size_t off, uint64_t v)
+{
+	ss->words[which] = v;
+	return rdma_write(ss, &ss->words[which], 8, ss->words_handle, off);
+}
+
+#define CTL_OFF(f) offsetof(struct wsd_ctl, f)
+
+/* ---- the session object ---------------------------------------------------- */
+
+struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
+{
+	WSPPROC_TABLE *t = wsd_spi();
+	const struct wsd_switch_params *p = wsd_switch_params();
+	struct wsd_session *ss = calloc(1, sizeof(*ss));
+	uint32_t dlen = sizeof(ss->rx_desc);
+	int err;
+
+	if (!ss)
+		return NULL;
+	ss->ws = ws;
+	ss->path = path;
+	ss->ring_size = p->ring_size;
+	ss->region_len = CTL_SIZE + ss->ring_size;
+	ss->stage_len = 65536 + REC_HDR + REC_TRAILER;
+	ss->region = mmap(NULL, ss->region_len, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	ss->stage = mmap(NULL, ss->stage_len + 4096, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ss->region == MAP_FAILED || ss->stage == MAP_FAILED)
+		goto fail;
+	ss->words = (uint64_t *)(ss->stage + ss->stage_len);
+	ss->ctl = (struct wsd_ctl *)ss->region;
+	ss->ring = ss->region + CTL_SIZE;
+	if (getrandom(&ss->rx_key, sizeof(ss->rx_key), 0) != sizeof(ss->rx_key))
+		ss->rx_key = (uint64_t)(uintptr_t)ss ^ (uint64_t)time(NULL);
+	ss->rx_key |= 1;   /* a zeroed header never matches position 0 */
+	if (t->lpWSPRegisterRdmaMemory(ws, ss->region, (uint32_t)ss->region_len, MEM_WRITE,
+				       ss->rx_desc, &dlen, &err))
+		goto fail;
+	ss->stage_handle = t->lpWSPRegisterMemory(ws, ss->stage, ss->stage_len, MEM_READ, &err);
+	if (!ss->stage_handle)
+		goto fail;
+	ss->words_handle = t->lpWSPRegisterMemory(ws, ss->words, 64, MEM_READ, &err);
+	if (!ss->words_handle)
+		goto fail;
+	return ss;
+fail:
+	wsd_session_free(ss);
+	return NULL;
+}
+
+void wsd_session_free(struct wsd_session *ss)
+{
+	int err;
+
+	if (!ss)
+		return;
+	if (ss->ws != INVALID_SOCKET)
+		wsd_spi()->lpWSPCloseSocket(ss->ws, &err);
+	if (ss->region && ss->region != MAP_FAILED)
+		munmap(ss->region, ss->region_len);
+	if (ss->stage && ss->stage != MAP_FAILED)
+		munmap(ss->stage, ss->stage_len + 4096);
+	free(ss);
+}
+
+void wsd_session_hello(const struct wsd_session *ss, struct wsd_hello *h, uint16_t kind)
+{
+	h->magic = WSD_PROTO_MAGIC;
+	h->version = WSD_PROTO_VERSION;
+	h->kind = kind;
+	h->ring_size = ss->ring_size;
+	h->key = ss->rx_key;
+	memcpy(h->desc, ss->rx_desc, sizeof(h->desc));
+}
+
+void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
+{
+	memcpy(ss->peer_desc, h->desc, sizeof(ss->peer_desc));
+	ss->peer_ring = h->ring_size;
+	ss->tx_key = h->key;
+}
+
+static void set_stat_path(struct wsd_sock *s)
+{
+	wsd_stat_begin(s->stat);
+	s->stat->path = (uint8_t)(s->sess->path);
+	s->stat->reason = R_NONE;
+	wsd_stat_end(s->stat);
+}
+
+/* mu held.  From now on the peer may switch its direction to the ring. */
+static void publish_rx_ready(struct wsd_sock *s)
+{
+	if (s->rx_ready_sent || !s->sess || s->plain_waiters || s->detached)
+		return;
+	if (put_word(s->sess, W_MU, CTL_OFF(rx_ready), 1))
+		return;
+	s->rx_ready_sent = true;
+	s->accel = true;
+}
+
+static void became_accel(struct wsd_sock *s, bool was)
+{
+	if (!was && s->accel) {
+		set_stat_path(s);
+		wsd_poll_sock_accelerated(s);
+	}
+}
+
+void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss)
+{
+	bool was;
+
+	pthread_mutex_lock(&s->mu);
+	s->sess = ss;
+	atomic_store(&s->upgrade_state, UP_DONE);
+	was = s->accel;
+	publish_rx_ready(s);
+	pthread_mutex_unlock(&s->mu);
+	became_accel(s, was);
+	wsd_debug("switch: fd %d attached (%s)", s->fd, ss->path == PATH_VERBS ? "verbs" : "shm");
+}
+
+bool wsd_sock_accel(struct wsd_sock *s)
+{
+	return s->accel && !s->detached;
+}
+
+/* ---- doorbells --------------------------------------------------------------- */
+
+static void doorbell(struct wsd_sock *s)
+{
+	static const char bell = 0;
+
+	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
+		wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
+}
+
+/* tx_lock held: the peer waits for data, so make its fd readable. */
+static void ring_data(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t v = atomic_load_explicit(&ss->ctl->data_arm, memory_order_acquire);
+
+	if (v != ss->rung_data) {
+		ss->rung_data = v;
+		doorbell(s);
+	}
+}
+
+static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t len,
+			const void *inline_payload);
+
+/* tx_lock held: move this direction to the ring if the peer is ready. */
+static bool tx_switch(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t n;
+	bool was;
+
+	if (s->tx_mode == DIR_RING)
+		return true;
+	if (!ss || s->tx_shut || s->detached ||
+	    !atomic_load_explicit(&ss->ctl->rx_ready, memory_order_acquire))
+		return false;
+	n = s->tcp_tx;
+	if (write_record(s, REC_SWITCH, NULL, sizeof(n), &n))
+		return false;
+	s->tx_mode = DIR_RING;
+	pthread_mutex_lock(&s->mu);
+	was = s->accel;
+	s->accel = true;
+	pthread_mutex_unlock(&s->mu);
+	became_accel(s, was);
+	wsd_debug("switch: fd %d sends by ring after %llu stream bytes", s->fd,
+		  (unsigned long long)n);
+	return true;
+}
+
+/* rx_lock held: the peer waits for room (or a zero-copy completion). */
+static void ring_space(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t v = atomic_load_explicit(&ss->ctl->space_arm, memory_order_acquire);
+
+	if (v == ss->rung_space)
+		return;
+	pthread_mutex_lock(&s->tx_lock);
+	if (tx_switch(s)) {
+		ss->rung_space = v;
+		doorbell(s);
+	}
+	pthread_mutex_unlock(&s->tx_lock);
+}
+
+/* mu held, no other sleeper: read doorbells (ring mode only: they are not data). */
+static void drain(struct wsd_sock *s)
+{
+	char buf[256];
+	ssize_t n;
+
+	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err)
+		return;
+	for (;;) {
+		n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n > 0) {
+			wsd_stat_add(s->stat, &s->stat->doorbells_rx, (uint64_t)n);
+			continue;
+		}
+		if (n == 0)
+			s->tcp_eof = true;
+		else if (errno != EAGAIN && errno != EINTR) {
+			s->tcp_err = true;
+			s->tcp_errno = errno;
+		}
+		return;
+	}
+}
+
+/* ---- records ------------------------------------------------------------------ */
+
+static uint64_t tx_room(struct wsd_session *ss)
+{
+	uint64_t used = ss->tx_pos - atomic_load_explicit(&ss->ctl->consumed,
+							   memory_order_acquire);
+
+	return used >= ss->peer_ring ? 0 : ss->peer_ring - used;
+}
+
+static uint32_t max_payload(struct wsd_session *ss)
+{
+	uint32_t m = ss->peer_ring / 4 - REC_HDR - REC_TRAILER;
+
+	return m < 65536 ? m : 65536;
+}
+
+/*
+ * tx_lock held.  Room for a record of len payload bytes at tx_pos, with the
+ * pad to the ring's end if it does not fit before it.  FIN and SWITCH may
+ * use the reserve.
+ */
+static bool fits(struct wsd_session *ss, uint32_t len, bool reserve)
+{
+	uint64_t off = ss->tx_pos % ss->peer_ring, need = rec_size(len);
+
+	if (off + need > ss->peer_ring)
+		need += ss->peer_ring - off;
+	return tx_room(ss) >= need + (reserve ? 0 : REC_RESERVE);
+}
+
+/* tx_lock held, fits() checked.  Payload from c (len bytes) or inline. */
+static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t len,
+			const void *inline_payload)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t off = ss->tx_pos % ss->peer_ring;
+	uint32_t size = rec_size(len);
+	struct wsd_rec *h = (struct wsd_rec *)ss->stage;
+	int r;
+
+	if (off + size > ss->peer_ring) {
+		uint32_t pad = (uint32_t)(ss->peer_ring - off);
+
+		h->len = pad;
+		h->type = REC_PAD;
+		h->stamp = ss->tx_pos ^ ss->tx_key;
+		r = rdma_write(ss, h, REC_HDR, ss->stage_handle, CTL_SIZE + off);
+		if (r)
+			return r;
+		ss->tx_pos += pad;
+		off = 0;
+	}
+	h->len = len;
+	h->type = type;
+	h->stamp = ss->tx_pos ^ ss->tx_key;
+	if (c)
+		cur_copy_from(c, ss->stage + REC_HDR, len);
+	else if (len)
+		memcpy(ss->stage + REC_HDR, inline_payload, len);
+	memset(ss->stage + REC_HDR + len, 0, size - REC_HDR - len);
+	*(uint64_t *)(ss->stage + size - REC_TRAILER) = ss->tx_pos ^ ss->tx_key;
+	r = rdma_write(ss, ss->stage, size, ss->stage_handle, CTL_SIZE + off);
+	if (r)
+		return r;
+	ss->tx_pos += size;
+	return 0;
+}
+
+/* The complete record at pos, or NULL. */
+static struct wsd_rec *rec_at(struct wsd_session *ss, uint64_t pos)
+{
+	uint64_t off = pos % ss->ring_size;
+	struct wsd_rec *h = (struct wsd_rec *)(ss->ring + off);
+	uint64_t stamp = atomic_load_explicit(&h->stamp, memory_order_acquire);
+
+	if (stamp != (pos ^ ss->rx_key))
+		return NULL;
+	if (h->type == REC_PAD)
+		return h;
+	if (off + rec_size(h->len) > ss->ring_size)
+		return NULL;     /* a peer that breaks the format gets nothing */
+	if (atomic_load_explicit((_Atomic uint64_t *)(ss->ring + off + rec_size(h->len) -
+						      REC_TRAILER),
+				 memory_order_acquire) != stamp)
+		return NULL;
+	return h;
+}
+
+/* rx_lock held: tell the sender about room, when it matters. */
+static void report(struct wsd_sock *s, bool force)
+{
+	struct wsd_session *ss = s->sess;
+	bool armed = atomic_load_explicit(&ss->ctl->space_arm, memory_order_acquire) !=
+		     ss->rung_space;
+
+	if (force || armed || ss->rx_pos - ss->rx_reported >= ss->ring_size / 4) {
+		if (put_word(ss, W_RX, CTL_OFF(consumed), ss->rx_pos) == 0)
+			ss->rx_reported = ss->rx_pos;
+		ring_space(s);
+	}
+}
+
+static void consume(struct wsd_sock *s, struct wsd_rec *h)
+{
+	struct wsd_session *ss = s->sess;
+
+	ss->rx_pos += h->type == REC_PAD ? h->len : rec_size(h->len);
+	ss->rx_off = 0;
+}
+
+/* rx_lock held: a SWITCH record at the head moves rx to DRAIN. */
+static void check_switch(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	struct wsd_rec *h;
+
+	if (!ss || s->rx_mode != DIR_TCP)
+		return;
+	h = rec_at(ss, ss->rx_pos);
+	if (!h || h->type != REC_SWITCH)
+		return;
+	memcpy(&s->rx_switch_at, (uint8_t *)h + REC_HDR, sizeof(s->rx_switch_at));
+	consume(s, h);
+	report(s, false);
+	s->rx_mode = s->tcp_rx >= s->rx_switch_at ? DIR_RING : DIR_DRAIN;
+	wsd_debug("switch: fd %d receives by ring after %llu stream bytes", s->fd,
+		  (unsigned long long)s->rx_switch_at);
+}
+
+/* ---- receive ----------------------------------------------------------------- */
+
+static int zc_read(struct wsd_sock *s, struct wsd_zc *z, uint32_t at, struct cursor *c,
+		   size_t n)
+{
+	struct wsd_session *ss = s->sess;
+	WSPPROC_TABLE *t = wsd_spi();
+	WSABUFEX b[WSP_MAX_BUFFERS];
+	struct cursor k = *c;
+	WSAOVERLAPPED ov = { .hEvent = (void *)1 };
+	uint32_t nb = 0, got;
+	size_t left = n;
+	int err = 0, r;
+
+	while (left && nb < WSP_MAX_BUFFERS && k.i < k.n) {
+		size_t seg = k.iov[k.i].iov_len - k.off;
+
+		if (seg > left)
+			seg = left;
+		b[nb].buf = (char *)k.iov[k.i].iov_base + k.off;
+		b[nb].len = (uint32_t)seg;
+		b[nb].handle = t->lpWSPRegisterMemory(ss->ws, b[nb].buf, b[nb].len, MEM_WRITE,
+						      &err);
+		if (!b[nb].handle) {
+			r = -wsa_errno(err);
+			goto out;
+		}
+		nb++;
+		left -= seg;
+		cur_skip(&k, seg);
+	}
+	r = t->lpWSPRdmaRead(ss->ws, b, nb, z->desc, sizeof(z->desc), at, &got, 0, &ov, NULL,
+			     NULL, &err);
+	r = rdma_done(ss->ws, &ov, r, err);
+	if (!r)
+		r = (int)(n - left);
+out:
+	for (uint32_t i = 0; i < nb; i++)
+		t->lpWSPDeregisterMemory(ss->ws, b[i].handle, &err);
+	return r;
+}
+
+/*
+ * rx_lock held, rx in ring mode: copy what the ring holds.  Bytes, 0 at the
+ * end of the stream, -EAGAIN when empty, or -errno.
+ */
+static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
+{
+	struct wsd_session *ss = s->sess;
+	bool peek = flags & MSG_PEEK;
+	uint64_t pos = ss->rx_pos;
+	uint32_t off = ss->rx_off;
+	size_t done = 0;
+
+	while (cur_left(c)) {
+		struct wsd_rec *h = rec_at(ss, pos);
+		size_t n;
+
+		if (!h)
+			break;
+		if (h->type == REC_PAD) {
+			pos += h->len;
+			if (!peek)
+				consume(s, h);
+			continue;
+		}
+		if (h->type == REC_FIN) {
+			if (!done) {
+				s->peer_fin = true;
+				return 0;
+			}
+			break;
+		}
+		if (h->type == REC_DATA) {
+			n = h->len - off;
+			if (n > cur_left(c))
+				n = cur_left(c);
+			cur_copy_to(c, (uint8_t *)h + REC_HDR + off, n);
+			wsd_stat_add(s->stat, &s->stat->copy_rx, peek ? 0 : n);
+		} else if (h->type == REC_ZC) {
+			struct wsd_zc z;
+			int r;
+
+			memcpy(&z, (uint8_t *)h + REC_HDR, sizeof(z));
+			n = z.len - off;
+			if (n > cur_left(c))
+				n = cur_left(c);
+			r = zc_read(s, &z, off, c, n);
+			if (r < 0)
+				return done ? (ssize_t)done : r;
+			n = (size_t)r;
+			cur_skip(c, n);
+			wsd_stat_add(s->stat, &s->stat->zcopy_rx, peek ? 0 : n);
+			if (!peek && off + n == z.len) {
+				ss->zc_finished++;
+				put_word(ss, W_RX, CTL_OFF(zc_done), ss->zc_finished);
+			}
+		} else {
+			return done ? (ssize_t)done : -EPROTO;
+		}
+		done += n;
+		off += (uint32_t)n;
+		if (off == (h->type == REC_ZC ? ((struct wsd_zc *)((uint8_t *)h + REC_HDR))->len :
+			    h->len)) {
+			pos += rec_size(h->len);
+			off = 0;
+			if (!peek)
+				consume(s, h);
+		} else if (!peek) {
+			ss->rx_off = off;
+		}
+		if (peek && h->type == REC_ZC)
+			break;
+	}
+	if (!peek && done)
+		report(s, false);
+	if (done)
+		return (ssize_t)done;
+	return s->tcp_err ? -s->tcp_errno : s->tcp_eof ? 0 : -EAGAIN;
+}
+
+/* Count and return a kernel read; -errno on failure. */
+static ssize_t kernel_recv(struct wsd_sock *s, struct cursor *c, size_t max, int flags)
+{
+	struct iovec v[64];
+	struct msghdr m = { .msg_iov = v };
+	struct cursor k = *c;
+	size_t left = max;
+	ssize_t n;
+
+	while (left && k.i < k.n && m.msg_iovlen < 64) {
+		size_t seg = k.iov[k.i].iov_len - k.off;
+
+		if (seg > left)
+			seg = left;
+		v[m.msg_iovlen].iov_base = (uint8_t *)k.iov[k.i].iov_base + k.off;
+		v[m.msg_iovlen++].iov_len = seg;
+		left -= seg;
+		cur_skip(&k, seg);
+	}
+	n = real.recvmsg(s->fd, &m, flags);
+	return n < 0 ? -errno : n;
+}
+
+/*
+ * rx_lock held, rx_ready sent: one non-blocking step in whatever mode.
+ * Bytes, 0 for the end of the stream, -EAGAIN, or -errno.
+ */
+static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
+{
+	size_t want = cur_left(c);
+	ssize_t n;
+
+	for (;;) {
+		check_switch(s);
+		if (s->rx_mode == DIR_RING) {
+			n = rx_ring(s, c, flags);
+			if (n > 0)
+				cur_skip(c, 0);
+			return n;
+		}
+		if (s->rx_mode == DIR_DRAIN) {
+			uint64_t left = s->rx_switch_at - s->tcp_rx;
+
+			if (!left) {
+				s->rx_mode = DIR_RING;
+				continue;
+			}
+			n = kernel_recv(s, c, want < left ? want : left,
+					(flags & MSG_PEEK) | MSG_DONTWAIT);
+			if (n > 0 && !(flags & MSG_PEEK)) {
+				s->tcp_rx += (uint64_t)n;
+				wsd_stat_add(s->stat, &s->stat->tcp_rx, (uint64_t)n);
+			}
+			return n;
+		}
+		/* TCP: the peer may switch at any moment; bytes past N are bells */
+		n = kernel_recv(s, c, want, (flags & MSG_PEEK) | MSG_DONTWAIT);
+		check_switch(s);
+		if (s->rx_mode != DIR_TCP) {
+			uint64_t left = s->rx_switch_at - s->tcp_rx;
+
+			if (n > 0 && (uint64_t)n > left)
+				n = (ssize_t)left;
+			if (n == 0 || n == -EAGAIN) {
+				if (!left)
+					s->rx_mode = DIR_RING;
+				if (n == 0 && !left)
+					s->tcp_eof = true;
+				continue;
+			}
+		}
+		if (n > 0 && !(flags & MSG_PEEK)) {
+			s->tcp_rx += (uint64_t)n;
+			wsd_stat_add(s->stat, &s->stat->tcp_rx, (uint64_t)n);
+		}
+		return n;
+	}
+}
+
+/* rx_lock held: make the peer ring when data comes; drop old bells. */
+static void arm_data(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+
+	pthread_mutex_lock(&s->mu);
+	if (!s->sleepers)
+		drain(s);
+	pthread_mutex_unlock(&s->mu);
+	/* a sender short of room may be asleep too: give it all we took */
+	if (ss->rx_pos != ss->rx_reported)
+		report(s, true);
+	put_word(ss, W_RX, CTL_OFF(data_arm), ++ss->data_gen);
+}
+
+/*
+ * Sleep until the kernel fd has something: a doorbell, stream data, the
+ * end.  recv(MSG_PEEK) keeps SO_RCVTIMEO and SA_RESTART the kernel's.
+ * for_rx false: a sender's wait (SO_SNDTIMEO, ticking if no bell can come).
+ */
+static int wait_fd(struct wsd_sock *s, bool for_rx)
+{
+	char b;
+	ssize_t n;
+	int e = 0;
+
+	if (!for_rx && s->sess) {
+		/* a sender learns here that the peer's bells can reach it */
+		pthread_mutex_lock(&s->rx_lock);
+		check_switch(s);
+		if (s->rx_mode == DIR_DRAIN && s->tcp_rx == s->rx_switch_at)
+			s->rx_mode = DIR_RING;
+		pthread_mutex_unlock(&s->rx_lock);
+	}
+	pthread_mutex_lock(&s->mu);
+	s->sleepers++;
+	pthread_mutex_unlock(&s->mu);
+	wsd_stat_add(s->stat, &s->stat->waits, 1);
+	if (for_rx) {
+		n = real.recv(s->fd, &b, 1, MSG_PEEK);
+		if (n < 0)
+			e = errno;
+		else if (n == 0 && s->rx_mode == DIR_RING)
+			s->tcp_eof = true;
+	} else {
+		struct timeval tv = { 0 };
+		socklen_t tl = sizeof(tv);
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+		int ms = -1;
+
+		if (!real.getsockopt(s->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tl) &&
+		    (tv.tv_sec || tv.tv_usec))
+			ms = (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000);
+		/*
+		 * No doorbell can come while the peer still sends by the stream,
+		 * and the stream's unread data would wake us at once: tick,
+		 * waking early only for a reset.
+		 */
+		if (s->rx_mode != DIR_RING) {
+			p.events = 0;
+			if (ms < 0 || ms > TICK_MS)
+				ms = TICK_MS;
+		}
+		n = real.poll(&p, 1, ms);
+		if (n < 0)
+			e = errno;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (s->sleepers == 1)
+		drain(s);
+	s->sleepers--;
+	pthread_mutex_unlock(&s->mu);
+	if (e == EINTR || e == EAGAIN || e == EWOULDBLOCK)
+		return -e;
+	if (e) {
+		s->tcp_err = true;
+		s->tcp_errno = e;
+		return -e;
+	}
+	return 0;
+}
+
+/* One receive without MSG_WAITALL. */
+static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool nonblock)
+{
+	ssize_t n;
+	bool plain;
+
+	pthread_mutex_lock(&s->mu);
+	plain = !s->rx_ready_sent || s->detached;
+	if (plain)
+		s->plain_waiters++;
+	pthread_mutex_unlock(&s->mu);
+	if (plain) {
+		if (s->detached) {
+			n = -ECONNRESET;
+		} else {
+			n = kernel_recv(s, c, cur_left(c), flags & ~MSG_WAITALL);
+			if (n > 0 && !(flags & MSG_PEEK)) {
+				s->tcp_rx += (uint64_t)n;
+				wsd_stat_add(s->stat, &s->stat->tcp_rx, (uint64_t)n);
+			}
+		}
+		pthread_mutex_lock(&s->mu);
+		s->plain_waiters--;
+		publish_rx_ready(s);
+		pthread_mutex_unlock(&s->mu);
+		return n;
+	}
+	for (;;) {
+		pthread_mutex_lock(&s->rx_lock);
+		if (s->rx_shut) {
+			pthread_mutex_unlock(&s->rx_lock);
+			return 0;
+		}
+		n = rx_step(s, c, flags);
+		if (n == -EAGAIN) {
+			arm_data(s);
+			n = rx_step(s, c, flags);
+		}
+		pthread_mutex_unlock(&s->rx_lock);
+		if (n != -EAGAIN)
+			return n;
+		if (nonblock) {
+			atomic_fetch_add(&s->rx_eagain, 1);
+			return -EAGAIN;
+		}
+		n = wait_fd(s, true);
+		if (n < 0)
+			return n;
+	}
+}
+
+ssize_t wsd_sock_recv(struct wsd_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct cursor c = { iov, iovcnt, 0, 0 };
+	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+	size_t want = iov_total(iov, iovcnt), done = 0;
+	ssize_t n;
+
+	wsd_upgrade_maybe(s);
+	cur_skip(&c, 0);
+	if (!want) {
+		if (!s->rx_ready_sent) {
+			struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt };
+
+			n = real.recvmsg(s->fd, &m, flags);
+			return n < 0 ? -errno : n;
+		}
+		return 0;
+	}
+	for (;;) {
+		n = recv_once(s, &c, flags, nonblock);
+		if (n <= 0)
+			return done ? (ssize_t)done : n;
+		done += (size_t)n;
+		cur_skip(&c, 0);
+		if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK) || done == want || nonblock)
+			return (ssize_t)done;
+	}
+}
+
+/* ---- send ------------------------------------------------------------------------ */
+
+static ssize_t epipe(int flags)
+{
+	if (!(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+	return -EPIPE;
+}
+
+/* tx_lock held on entry and exit (dropped while sleeping): wait for room. */
+static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wait)
+{
+	struct wsd_session *ss = s->sess;
+	int r;
+
+	for (;;) {
+		if (zc_wait ? atomic_load_explicit(&ss->ctl->zc_done, memory_order_acquire) >=
+			      ss->zc_sent : fits(ss, len, false))
+			return 0;
+		if (atomic_load_explicit(&ss->ctl->closed, memory_order_acquire) ||
+		    s->tcp_eof || s->tcp_err)
+			return -EPIPE;
+		if (nonblock)
+			return -EAGAIN;
+		/* this write also finds a peer that died without a word */
+		if (put_word(ss, W_TX, CTL_OFF(space_arm), ++ss->space_gen))
+			return -EPIPE;
+		if (zc_wait ? atomic_load_explicit(&ss->ctl->zc_done, memory_order_acquire) >=
+			      ss->zc_sent : fits(ss, len, false))
+			return 0;
+		pthread_mutex_unlock(&s->tx_lock);
+		r = wait_fd(s, false);
+		pthread_mutex_lock(&s->tx_lock);
+		/* a zero-copy sender can't leave: the peer reads our memory */
+		if (r < 0 && !zc_wait)
+			return r;
+	}
+}
+
+static ssize_t send_zc(struct wsd_sock *s, const void *buf, size_t len)
+{
+	struct wsd_session *ss = s->sess;
+	WSPPROC_TABLE *t = wsd_spi();
+	struct wsd_zc z = { .len = len };
+	uint32_t dlen = sizeof(z.desc);
+	int err, r;
+
+	if (t->lpWSPRegisterRdmaMemory(ss->ws, (void *)buf, (uint32_t)len, MEM_READ, z.desc,
+				       &dlen, &err))
+		return -wsa_errno(err);
+	r = wait_room(s, sizeof(z), false, false);
+	if (!r)
+		r = write_record(s, REC_ZC, NULL, sizeof(z), &z);
+	if (!r) {
+		ss->zc_sent++;
+		ring_data(s);
+		r = wait_room(s, 0, false, true);
+	}
+	t->lpWSPDeregisterRdmaMemory(ss->ws, z.desc, dlen, &err);
+	if (r)
+		return r;
+	wsd_stat_add(s->stat, &s->stat->zcopy_tx, len);
+	return (ssize_t)len;
+}
+
+static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool nonblock)
+{
+	struct wsd_session *ss = s->sess;
+	const struct wsd_switch_params *p = wsd_switch_params();
+	size_t want = cur_left(c), done = 0;
+	int r = 0;
+
+	if (s->tx_shut)
+		return epipe(flags);
+	if (atomic_load_explicit(&ss->ctl->closed, memory_order_acquire))
+		return epipe(flags);
+	if (!nonblock && want >= p->zcopy_threshold && c->n - c->i == 1 && want <= (1u << 30)) {
+		ssize_t n = send_zc(s, (const uint8_t *)c->iov[c->i].iov_base + c->off, want);
+
+		return n == -EPIPE ? epipe(flags) : n;
+	}
+	while (done < want) {
+		uint32_t len = max_payload(ss);
+
+		if (len > want - done)
+			len = (uint32_t)(want - done);
+		/* take what fits when it is at least a quarter of a record */
+		while (!fits(ss, len, false) && len > 4096)
+			len /= 2;
+		/* a blocking send takes everything, as the kernel's does */
+		r = wait_room(s, len, nonblock, false);
+		if (r)
+			break;
+		r = write_record(s, REC_DATA, c, len, NULL);
+		if (r)
+			break;
+		done += len;
+		wsd_stat_add(s->stat, &s->stat->copy_tx, len);
+		ring_data(s);
+	}
+	if (done)
+		return (ssize_t)done;
+	if (r == -EAGAIN)
+		atomic_fetch_add(&s->tx_eagain, 1);
+	if (r == -EPIPE)
+		return epipe(flags);
+	return r;
+}
+
+ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct cursor c = { iov, iovcnt, 0, 0 };
+	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+	ssize_t n;
+
+	wsd_upgrade_maybe(s);
+	cur_skip(&c, 0);
+	pthread_mutex_lock(&s->tx_lock);
+	if (s->detached) {
+		n = -ECONNRESET;
+	} else if (s->tx_mode == DIR_RING || tx_switch(s)) {
+		n = send_ring(s, &c, flags, nonblock);
+	} else {
+		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt };
+
+		n = real.sendmsg(s->fd, &m, flags);
+		if (n < 0)
+			n = -errno;
+		else {
+			s->tcp_tx += (uint64_t)n;
+			wsd_stat_add(s->stat, &s->stat->tcp_tx, (uint64_t)n);
+		}
+	}
+	pthread_mutex_unlock(&s->tx_lock);
+	return n;
+}
+
+/* ---- readiness ------------------------------------------------------------------ */
+
+static bool rx_readable(struct wsd_sock *s, short kernel)
+{
+	struct wsd_session *ss = s->sess;
+
+	if (s->rx_shut || s->peer_fin || s->tcp_eof || s->tcp_err)
+		return true;
+	check_switch(s);
+	if (s->rx_mode == DIR_DRAIN && s->tcp_rx == s->rx_switch_at)
+		s->rx_mode = DIR_RING;
+	if (s->rx_mode != DIR_RING)
+		return kernel & (POLLIN | POLLHUP | POLLERR);
+	for (;;) {
+		struct wsd_rec *h = rec_at(ss, ss->rx_pos);
+
+		if (!h)
+			return false;
+		if (h->type != REC_PAD)
+			return true;
+		consume(s, h);
+	}
+}
+
+short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
+{
+	short r = 0;
+	bool in;
+
+	if (!s->sess)
+		return kernel & (events | POLLHUP | POLLERR);
+	pthread_mutex_lock(&s->rx_lock);
+	in = rx_readable(s, kernel);
+	if (!in && arm && (events & POLLIN) && s->rx_ready_sent) {
+		arm_data(s);
+		in = rx_readable(s, kernel);
+	}
+	pthread_mutex_unlock(&s->rx_lock);
+	if (in)
+		r |= POLLIN;
+	if (s->tcp_eof || s->peer_fin)
+		r |= POLLRDHUP;
+	if (s->tcp_err)
+		r |= POLLERR;
+	if ((events & POLLOUT) && pthread_mutex_trylock(&s->tx_lock)) {
+		/* a sender is busy in the stream: ask the kernel */
+		struct pollfd p = { .fd = s->fd, .events = POLLOUT };
+
+		if (s->tx_mode != DIR_RING && real.poll(&p, 1, 0) == 1)
+			r |= p.revents & (POLLOUT | POLLERR | POLLHUP);
+	} else if (events & POLLOUT) {
+		if (s->tx_mode != DIR_RING) {
+			struct pollfd p = { .fd = s->fd, .events = POLLOUT };
+
+			if (real.poll(&p, 1, 0) == 1)
+				r |= p.revents & (POLLOUT | POLLERR | POLLHUP);
+		} else if (s->tx_shut || fits(s->sess, s->sess->peer_ring / 4, false) ||
+			   atomic_load(&s->sess->ctl->closed) || s->tcp_eof) {
+			r |= POLLOUT;
+		} else if (arm) {
+			struct wsd_session *ss = s->sess;
+
+			put_word(ss, W_TX, CTL_OFF(space_arm), ++ss->space_gen);
+			if (fits(ss, ss->peer_ring / 4, false))
+				r |= POLLOUT;
+		}
+		pthread_mutex_unlock(&s->tx_lock);
+	}
+	if ((s->tcp_eof || s->peer_fin) && (s->tx_shut || atomic_load(&s->sess->ctl->closed)))
+		r |= POLLHUP;
+	return r & (events | POLLHUP | POLLERR);
+}
+
+/* ---- shutdown, close ------------------------------------------------------------- */
+
+int wsd_sock_shutdown(struct wsd_sock *s, int how)
+{
+	int r = 0;
+
+	if (how == SHUT_RD || how == SHUT_RDWR) {
+		pthread_mutex_lock(&s->rx_lock);
+		s->rx_shut = true;
+		pthread_mutex_unlock(&s->rx_lock);
+		if (!s->rx_ready_sent && real.shutdown(s->fd, SHUT_RD))
+			return -errno;
+	}
+	if (how == SHUT_WR || how == SHUT_RDWR) {
+		pthread_mutex_lock(&s->tx_lock);
+		if (!s->tx_shut) {
+			if (s->tx_mode == DIR_RING) {
+				if (fits(s->sess, 0, true))
+					r = write_record(s, REC_FIN, NULL, 0, NULL);
+				ring_data(s);
+			} else if (real.shutdown(s->fd, SHUT_WR)) {
+				r = -errno;
+			}
+			s->tx_shut = r == 0;
+		}
+		pthread_mutex_unlock(&s->tx_lock);
+	}
+	return r;
+}
+
+void wsd_sock_closed(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+
+	if (!ss || s->detached)
+		return;
+	pthread_mutex_lock(&s->tx_lock);
+	if (s->tx_mode == DIR_RING && !s->tx_shut && fits(ss, 0, true))
+		write_record(s, REC_FIN, NULL, 0, NULL);
+	s->tx_shut = true;
+	put_word(ss, W_TX, CTL_OFF(closed), 1);
+	if (s->tx_mode == DIR_RING)
+		ring_data(s);
+	pthread_mutex_unlock(&s->tx_lock);
+}
+
+const char *wsd_switch_path(int fd)
+{
+	struct wsd_sock *s = wsd_fd_get(fd);
+	const char *p;
+
+	if (!s)
+		return NULL;
+	if (wsd_sock_accel(s) && (s->tx_mode == DIR_RING || s->rx_mode == DIR_RING))
+		p = s->sess->path == PATH_VERBS ? "verbs" : "shm";
+	else
+		p = "tcp";
+	wsd_sock_put(s);
+	return p;
+}

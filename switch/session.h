@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The ring protocol's objects, shared by session.c and upgrade.c.
+ * wsd-protocol(7) describes the same layout for interoperation.
+ */
+#ifndef WSD_SWITCH_SESSION_H
+#define WSD_SWITCH_SESSION_H
+
+#include "switch/switch.h"
+
+#define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
+#define WSD_PROTO_VERSION 1u
+
+/* Handshake messages (WSPSend on the SPI connection), little-endian. */
+enum { MSG_HELLO = 1, MSG_ACCEPT = 2, MSG_REFUSE = 3 };
+
+struct wsd_hello {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t kind;               /* MSG_* */
+	uint32_t reason;             /* MSG_REFUSE: enum wsd_reason */
+	uint32_t ring_size;          /* the sender's receive ring */
+	uint64_t key;                /* stamps of records in the sender's ring */
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];  /* the sender's receive region */
+	/* the connection as the connecting side sees it */
+	struct wsd_stat_addr client, server;
+};
+
+/*
+ * A receive region: the words the peer writes about itself, then the ring
+ * the peer fills with records.  Each word is written alone (8 bytes).
+ */
+struct wsd_ctl {
+	_Atomic uint64_t consumed;   /* ring bytes the peer consumed (our credits) */
+	_Atomic uint64_t data_arm;   /* the peer waits for our data: a generation */
+	_Atomic uint64_t space_arm;  /* the peer waits for room in our ring */
+	_Atomic uint64_t rx_ready;   /* the peer takes our data by ring from now */
+	_Atomic uint64_t zc_done;    /* our zero-copy records the peer finished */
+	_Atomic uint64_t closed;     /* the peer closed its socket */
+	uint64_t pad[2];
+};
+
+#define CTL_SIZE 64u
+
+enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5 };
+
+/* A record: header, payload padded to 16, trailer (not for PAD). */
+struct wsd_rec {
+	uint32_t len;                /* payload bytes; PAD: bytes skipped */
+	uint32_t type;
+	_Atomic uint64_t stamp;      /* position ^ key */
+};
+
+struct wsd_zc {
+	uint64_t len;
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
+};
+
+#define REC_HDR 16u
+#define REC_TRAILER 16u
+#define REC_RESERVE 64u              /* kept free so a FIN always fits */
+
+static inline uint32_t rec_size(uint32_t len)
+{
+	return REC_HDR + ((len + 15u) & ~15u) + REC_TRAILER;
+}
+
+struct wsd_session {
+	SOCKET ws;                   /* the SPI connection */
+	enum wsd_path path;
+	/* our receive region */
+	uint8_t *region;
+	size_t region_len;
+	struct wsd_ctl *ctl;
+	uint8_t *ring;
+	uint32_t ring_size;
+	uint64_t rx_key;
+	uint8_t rx_desc[WSP_RDMA_DESCRIPTOR_SIZE];
+	/* the peer's */
+	uint8_t peer_desc[WSP_RDMA_DESCRIPTOR_SIZE];
+	uint32_t peer_ring;
+	uint64_t tx_key;
+	/* staging for records (tx_lock) and single words (each its own) */
+	uint8_t *stage;
+	uint32_t stage_len;
+	uint64_t stage_handle;
+	uint64_t *words;             /* [0] rx_lock, [1] tx_lock, [2] mu */
+	uint64_t words_handle;
+	/* tx (tx_lock) */
+	uint64_t tx_pos;
+	uint64_t zc_sent;
+	uint64_t space_gen, rung_data;
+	/* rx (rx_lock) */
+	uint64_t rx_pos;
+	uint32_t rx_off;
+	uint64_t rx_reported;
+	uint64_t data_gen, rung_space;
+	uint64_t zc_finished;
+};
+
+/* Make a session on a connected SPI socket: our region registered. */
+struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path);
+/* The peer's region, from its handshake message. */
+void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h);
+/* Fill a handshake message with our side. */
+void wsd_session_hello(const struct wsd_session *ss, struct wsd_hello *h, uint16_t kind);
+/* Give s its session (established): from here the peer may switch. */
+void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss);
+
+/* The SPI instance the switch uses (upgrade.c), started on first use. */
+WSPPROC_TABLE *wsd_spi(void);
+
+#endif /* WSD_SWITCH_SESSION_H */

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The socket lifecycle under the preload: socket, connect, listen, accept,
+ * shutdown, close, dup*, fcntl, ioctl, fork.  Each does the real call first
+ * and keeps the fd table in step; the application sees the kernel's result.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "switch/switch.h"
+
+static bool is_tcp(int domain, int type, int protocol)
+{
+	return (domain == AF_INET || domain == AF_INET6) &&
+	       (type & 0xf) == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
+}
+
+static void track(int fd, int family, bool nonblock)
+{
+	struct wsd_sock *s = wsd_sock_new(fd, family);
+
+	if (!s)
+		return;   /* no memory: the socket simply stays plain */
+	s->nonblock = nonblock;
+	wsd_fd_set(fd, s);
+	wsd_sock_put(s);
+}
+
+EXPORT int socket(int domain, int type, int protocol)
+{
+	int fd;
+
+	wsd_real_init();
+	fd = real.socket(domain, type, protocol);
+	if (fd >= 0 && is_tcp(domain, type, protocol))
+		track(fd, domain, type & SOCK_NONBLOCK);
+	return fd;
+}
+
+EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	struct wsd_sock *s;
+	int r, e;
+
+	wsd_real_init();
+	r = real.connect(fd, addr, len);
+	e = errno;
+	s = wsd_fd_get(fd);
+	if (s) {
+		if (r == 0 || e == EINPROGRESS)
+			s->connected_side = true;
+		wsd_sock_put(s);
+	}
+	errno = e;
+	return r;
+}
+
+EXPORT int listen(int fd, int backlog)
+{
+	struct wsd_sock *s;
+	int r, e;
+
+	wsd_real_init();
+	r = real.listen(fd, backlog);
+	e = errno;
+	if (r == 0 && (s = wsd_fd_get(fd))) {
+		if (!s->listening)
+			wsd_upgrade_listen(s);
+		wsd_sock_put(s);
+	}
+	errno = e;
+	return r;
+}
+
+static int accepted(int lfd, int fd, int flags)
+{
+	struct wsd_sock *l, *s;
+	int e = errno;
+
+	if (fd < 0 || !(l = wsd_fd_get(lfd)))
+		return fd;
+	s = wsd_sock_new(fd, l->family);
+	wsd_sock_put(l);
+	if (s) {
+		s->nonblock = flags & SOCK_NONBLOCK;
+		wsd_fd_set(fd, s);
+		wsd_upgrade_accepted(s);
+		wsd_sock_put(s);
+	}
+	errno = e;
+	return fd;
+}
+
+EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	wsd_real_init();
+	return accepted(fd, real.accept(fd, addr, len), 0);
+}
+
+EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	wsd_real_init();
+	return accepted(fd, real.accept4(fd, addr, len, flags), flags);
+}
+
+EXPORT int shutdown(int fd, int how)
+{
+	struct wsd_sock *s;
+	int r;
+
+	wsd_real_init();
+	s = wsd_fd_get(fd);
+	if (!s)
+		return real.shutdown(fd, how);
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
+		wsd_sock_put(s);
+		errno = EINVAL;
+		return -1;
+	}
+	if (s->listening || !s->sess) {
+		r = real.shutdown(fd, how);
+		if (r == 0) {
+			if (how != SHUT_RD)
+				s->tx_shut = true;
+			if (how != SHUT_WR)
+				s->rx_shut = true;
+		}
+	} else {
+		r = (int)wsd_ret(wsd_sock_shutdown(s, how));
+	}
+	wsd_sock_put(s);
+	return r;
+}
+
+/* fd no longer names its socket (closed, or replaced by dup2). */
+static void forget(int fd)
+{
+	struct wsd_sock *s = wsd_fd_take(fd);
+
+	if (!s)
+		return;
+	if (atomic_load(&s->nfds) == 0) {
+		if (s->listening)
+			wsd_upgrade_unlisten(s);
+		wsd_sock_closed(s);
+		wsd_poll_sock_gone(s);
+	} else {
+		wsd_sock_refd(s, fd);
+	}
+	wsd_sock_put(s);
+}
+
+EXPORT int close(int fd)
+{
+	wsd_real_init();
+	if (wsd_fd_any()) {
+		wsd_poll_fd_closed(fd);
+		forget(fd);
+	} else {
+		wsd_poll_fd_closed(fd);
+	}
+	return real.close(fd);
+}
+
+static int duped(int oldfd, int newfd)
+{
+	struct wsd_sock *s;
+	int e = errno;
+
+	if (newfd < 0 || !(s = wsd_fd_get(oldfd)))
+		return newfd;
+	wsd_fd_set(newfd, s);
+	wsd_sock_put(s);
+	errno = e;
+	return newfd;
+}
+
+EXPORT int dup(int fd)
+{
+	wsd_real_init();
+	return duped(fd, real.dup(fd));
+}
+
+EXPORT int dup2(int oldfd, int newfd)
+{
+	int r;
+
+	wsd_real_init();
+	if (oldfd == newfd)
+		return real.dup2(oldfd, newfd);
+	r = real.dup2(oldfd, newfd);
+	if (r >= 0) {
+		wsd_poll_fd_closed(newfd);
+		forget(newfd);
+	}
+	return duped(oldfd, r);
+}
+
+EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+	int r;
+
+	wsd_real_init();
+	r = real.dup3(oldfd, newfd, flags);
+	if (r >= 0) {
+		wsd_poll_fd_closed(newfd);
+		forget(newfd);
+	}
+	return duped(oldfd, r);
+}
+
+EXPORT int fcntl(int fd, int cmd, ...)
+{
+	struct wsd_sock *s;
+	va_list ap;
+	void *arg;
+	int r;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	wsd_real_init();
+	r = real.fcntl(fd, cmd, arg);
+	if (r < 0 || !wsd_fd_any())
+		return r;
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		return duped(fd, r);
+	if (cmd == F_SETFL && (s = wsd_fd_get(fd))) {
+		s->nonblock = (long)arg & O_NONBLOCK;
+		wsd_sock_put(s);
+	}
+	return r;
+}
+
+/* fcntl64 is the same call on 64-bit; glibc 2.28+ programs may use either name. */
+EXPORT int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
+
+EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	struct wsd_sock *s;
+	va_list ap;
+	void *arg;
+	int r;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	wsd_real_init();
+	r = real.ioctl(fd, req, arg);
+	if (r == 0 && req == FIONBIO && arg && (s = wsd_fd_get(fd))) {
+		s->nonblock = *(int *)arg != 0;
+		wsd_sock_put(s);
+	}
+	return r;
+}
+
+/* ---- fork ------------------------------------------------------------------------ */
+
+/*
+ * A socket the child inherits is held by two processes; the peer's data
+ * must keep going where both can read it (the kernel stream), so neither
+ * upgrades it later.  Close-on-exec sockets are left alone in the parent:
+ * fork+exec helpers are the common case and lose nothing.
+ */
+static void mark_shared(int fd, struct wsd_sock *s, void *arg)
+{
+	(void)arg;
+	if (s->listening || s->sess)
+		return;
+	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
+		s->no_upgrade = true;
+}
+
+static void before_fork(void)
+{
+	if (wsd_fd_any())
+		wsd_fd_each(mark_shared, NULL);
+}
+
+static void in_child(void)
+{
+	wsd_fd_atfork_child();
+	wsd_stat_atfork_child();
+	wsd_upgrade_atfork_child();
+}
+
+__attribute__((constructor)) static void switch_init(void)
+{
+	wsd_real_init();
+	pthread_atfork(before_fork, NULL, in_child);
+}

@@ -1,0 +1,624 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Upgrade: finding out whether the peer runs wsd, and taking a connection
+ * over when it does (wsd-protocol(7), "Handshake").
+ *
+ * A listening socket registers its port with the SPI: an SPI listener on
+ * the same port number, which on the shm transport is an abstract unix
+ * socket, so it is scoped to the network namespace and checks its peer's
+ * credentials.  The connecting side, once a connection has carried some
+ * traffic, connects to that listener from a worker thread and sends a HELLO
+ * naming the TCP 4-tuple; the listening process matches it against the
+ * connections it accepted (or will accept) and answers ACCEPT or REFUSE.
+ * The application never waits for any of this: it keeps using the kernel
+ * stream until each direction switches.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "provider/internal.h"
+#include "switch/session.h"
+
+#define ANSWER_MS 1000               /* the connecting side waits this for ACCEPT */
+#define PENDING_MS 10000             /* a HELLO waits this for the application's accept */
+
+/* ---- parameters ------------------------------------------------------------- */
+
+static struct wsd_switch_params params;
+static pthread_once_t params_once = PTHREAD_ONCE_INIT;
+
+static void params_init(void)
+{
+	long ring = wsd_param_long("WSD_SWITCH_RING");
+
+	params.enabled = wsd_param_long("WSD_SWITCH") != 0;
+	if (ring < 16384 || ring > (64l << 20) || (ring & (ring - 1)))
+		ring = 262144;
+	params.ring_size = (uint32_t)ring;
+	params.upgrade_bytes = (uint64_t)wsd_param_long("WSD_UPGRADE_BYTES");
+	params.upgrade_ns = (uint64_t)wsd_param_long("WSD_UPGRADE_US") * 1000;
+	params.zcopy_threshold = (uint32_t)wsd_param_long("WSD_ZCOPY_THRESHOLD");
+	if (!params.zcopy_threshold)
+		params.zcopy_threshold = UINT32_MAX;
+}
+
+const struct wsd_switch_params *wsd_switch_params(void)
+{
+	pthread_once(&params_once, params_init);
+	return &params;
+}
+
+const char *wsd_reason_name(enum wsd_reason r)
+{
+	static const char *const names[R_NREASONS] = {
+		"none", "pending", "listener", "disabled", "peer-plain", "refused",
+		"no-match", "access", "provider", "forked", "unsupported", "protocol",
+	};
+
+	return r < R_NREASONS ? names[r] : "?";
+}
+
+static void set_reason(struct wsd_sock *s, enum wsd_reason r)
+{
+	wsd_stat_begin(s->stat);
+	s->stat->reason = (uint8_t)r;
+	wsd_stat_end(s->stat);
+	if (r != R_NONE && r != R_PENDING && r != R_LISTENER)
+		wsd_stat_add(s->stat, &s->stat->fallbacks, 1);
+}
+
+/* ---- the SPI instance -------------------------------------------------------- */
+
+static pthread_mutex_t up_lock = PTHREAD_MUTEX_INITIALIZER;
+static WSPPROC_TABLE procs;
+static WSAPROTOCOL_INFO proto;
+static bool spi_started, spi_failed;
+
+WSPPROC_TABLE *wsd_spi(void)
+{
+	if (__atomic_load_n(&spi_started, __ATOMIC_ACQUIRE))
+		return &procs;
+	pthread_mutex_lock(&up_lock);
+	if (!spi_started && !spi_failed) {
+		WSPDATA d;
+		WSPUPCALLTABLE up = { sizeof(up), NULL };
+
+		procs.cbSize = sizeof(procs);
+		if (WSPStartup(WSP_VERSION, &d, &proto, &up, &procs) == 0)
+			__atomic_store_n(&spi_started, true, __ATOMIC_RELEASE);
+		else
+			spi_failed = true;
+	}
+	pthread_mutex_unlock(&up_lock);
+	return spi_started ? &procs : NULL;
+}
+
+/* ---- addresses ------------------------------------------------------------------ */
+
+/* Normalised: an IPv4-mapped IPv6 address is the IPv4 address. */
+static void to_addr(const struct sockaddr_storage *ss, struct wsd_stat_addr *a)
+{
+	memset(a, 0, sizeof(*a));
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)ss;
+
+		a->family = AF_INET;
+		a->port = ntohs(in->sin_port);
+		memcpy(a->addr, &in->sin_addr, 4);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)ss;
+
+		a->port = ntohs(in6->sin6_port);
+		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+			a->family = AF_INET;
+			memcpy(a->addr, in6->sin6_addr.s6_addr + 12, 4);
+		} else {
+			a->family = AF_INET6;
+			memcpy(a->addr, &in6->sin6_addr, 16);
+		}
+	}
+}
+
+/* Learn the 4-tuple of a connected socket (and publish it). */
+static int learn_tuple(struct wsd_sock *s)
+{
+	socklen_t l1 = sizeof(s->local), l2 = sizeof(s->peer);
+
+	if (s->tuple_known)
+		return 0;
+	if (getsockname(s->fd, (struct sockaddr *)&s->local, &l1) ||
+	    getpeername(s->fd, (struct sockaddr *)&s->peer, &l2))
+		return -errno;
+	wsd_stat_begin(s->stat);
+	to_addr(&s->local, &s->stat->local);
+	to_addr(&s->peer, &s->stat->peer);
+	wsd_stat_end(s->stat);
+	s->tuple_known = true;
+	return 0;
+}
+
+static bool same(const struct wsd_stat_addr *a, const struct wsd_stat_addr *b)
+{
+	return a->family == b->family && a->port == b->port &&
+	       !memcmp(a->addr, b->addr, a->family == AF_INET ? 4 : 16);
+}
+
+/* ---- handshake messages --------------------------------------------------------- */
+
+static int send_msg(SOCKET ws, struct wsd_hello *h)
+{
+	WSABUF b = { sizeof(*h), (char *)h };
+	uint32_t n;
+	int err;
+
+	return procs.lpWSPSend(ws, &b, 1, &n, 0, NULL, NULL, NULL, &err) ? -1 : 0;
+}
+
+/* Receive one message within ms; 0 or -1. */
+static int recv_msg(SOCKET ws, struct wsd_hello *h, int ms)
+{
+	WSABUF b = { sizeof(*h), (char *)h };
+	WSAOVERLAPPED ov = { .hEvent = (void *)1 };
+	uint32_t n = 0, fl = 0;
+	int err = 0;
+	int64_t end = wsd_now_ms() + ms;
+
+	memset(h, 0, sizeof(*h));
+	if (procs.lpWSPRecv(ws, &b, 1, &n, &fl, &ov, NULL, NULL, &err) == 0)
+		return n == sizeof(*h) ? 0 : -1;
+	if (err != WSA_IO_PENDING)
+		return -1;
+	while (!procs.lpWSPGetOverlappedResult(ws, &ov, &n, 0, &fl, &err)) {
+		if (err != WSA_IO_INCOMPLETE || wsd_now_ms() > end)
+			return -1;   /* closing the socket aborts the request */
+		usleep(200);
+	}
+	return n == sizeof(*h) && h->magic == WSD_PROTO_MAGIC ? 0 : -1;
+}
+
+static enum wsd_path path_of(SOCKET ws)
+{
+	char name[16] = "";
+	uint32_t n;
+	int err;
+
+	procs.lpWSPIoctl(ws, SIO_WSP_TRANSPORT, NULL, 0, name, sizeof(name), &n, NULL, NULL,
+			 NULL, &err);
+	return !strcmp(name, "verbs") ? PATH_VERBS : PATH_SHM;
+}
+
+static void refuse(SOCKET ws, enum wsd_reason why)
+{
+	struct wsd_hello h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
+			       .kind = MSG_REFUSE, .reason = why };
+	int err;
+
+	send_msg(ws, &h);
+	procs.lpWSPCloseSocket(ws, &err);
+}
+
+/* ---- the listening side ---------------------------------------------------------- */
+
+struct reg {
+	struct reg *next;
+	uint16_t port;
+	int refs;
+	SOCKET ls;
+	_Atomic bool stop;
+};
+
+struct pending {
+	struct pending *next;
+	SOCKET ws;
+	struct wsd_hello h;
+	uint64_t when_ms;
+};
+
+static struct reg *regs;
+static struct pending *pendings;
+static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The accepted connection a HELLO names, held, or NULL. */
+struct find { const struct wsd_hello *h; struct wsd_sock *found; };
+
+static void match(int fd, struct wsd_sock *s, void *arg)
+{
+	struct find *f = arg;
+
+	(void)fd;
+	if (f->found || !s->tuple_known || s->listening || s->connected_side)
+		return;
+	if (same(&s->stat->local, &f->h->server) && same(&s->stat->peer, &f->h->client)) {
+		wsd_sock_hold(s);
+		f->found = s;
+	}
+}
+
+static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello *h)
+{
+	struct wsd_session *ss;
+	struct wsd_hello a = { 0 };
+	int expect = UP_NONE, err;
+
+	if (s->no_upgrade || !atomic_compare_exchange_strong(&s->upgrade_state, &expect,
+							      UP_RUNNING)) {
+		refuse(ws, s->no_upgrade ? R_FORKED : R_REFUSED);
+		return;
+	}
+	ss = wsd_session_new(ws, path_of(ws));
+	if (!ss) {
+		refuse(ws, R_PROVIDER);
+		atomic_store(&s->upgrade_state, UP_FAILED);
+		set_reason(s, R_PROVIDER);
+		return;
+	}
+	wsd_session_peer(ss, h);
+	wsd_session_hello(ss, &a, MSG_ACCEPT);
+	a.client = h->client;
+	a.server = h->server;
+	if (send_msg(ws, &a)) {
+		wsd_session_free(ss);
+		atomic_store(&s->upgrade_state, UP_FAILED);
+		set_reason(s, R_PROVIDER);
+		return;
+	}
+	(void)err;
+	wsd_session_attach(s, ss);
+}
+
+static void take_hello(SOCKET ws)
+{
+	struct wsd_hello h;
+	struct find f = { &h, NULL };
+	struct pending *p = NULL;
+
+	if (recv_msg(ws, &h, ANSWER_MS) || h.kind != MSG_HELLO) {
+		int err;
+
+		procs.lpWSPCloseSocket(ws, &err);
+		return;
+	}
+	if (h.version != WSD_PROTO_VERSION) {
+		refuse(ws, R_PROTOCOL);
+		return;
+	}
+	pthread_mutex_lock(&pend_lock);
+	f.h = &h;
+	wsd_fd_each(match, &f);
+	if (!f.found) {
+		p = calloc(1, sizeof(*p));
+		if (p) {
+			p->ws = ws;
+			p->h = h;
+			p->when_ms = (uint64_t)wsd_now_ms();
+			p->next = pendings;
+			pendings = p;
+		}
+	}
+	pthread_mutex_unlock(&pend_lock);
+	if (f.found) {
+		server_attach(f.found, ws, &h);
+		wsd_sock_put(f.found);
+	} else if (!p) {
+		refuse(ws, R_PROVIDER);
+	}
+}
+
+static void *acceptor(void *arg)
+{
+	struct reg *r = arg;
+	int err;
+
+	for (;;) {
+		SOCKET ws = procs.lpWSPAccept(r->ls, NULL, NULL, NULL, 0, &err);
+
+		if (atomic_load(&r->stop)) {
+			if (ws != INVALID_SOCKET)
+				refuse(ws, R_REFUSED);
+			break;
+		}
+		if (ws == INVALID_SOCKET) {
+			if (err == WSAENETDOWN || err == WSAENOTSOCK)
+				break;
+			continue;
+		}
+		take_hello(ws);
+	}
+	procs.lpWSPCloseSocket(r->ls, &err);
+	free(r);
+	return NULL;
+}
+
+void wsd_upgrade_listen(struct wsd_sock *s)
+{
+	struct sockaddr_storage a;
+	socklen_t al = sizeof(a);
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct wsd_stat_addr sa;
+	struct reg *r;
+	pthread_attr_t at;
+	pthread_t t;
+	int err;
+
+	s->listening = true;
+	if (getsockname(s->fd, (struct sockaddr *)&a, &al))
+		return;
+	to_addr(&a, &sa);
+	wsd_stat_begin(s->stat);
+	s->stat->local = sa;
+	s->stat->listening = 1;
+	s->stat->reason = R_LISTENER;
+	wsd_stat_end(s->stat);
+	if (!wsd_switch_params()->enabled || !wsd_spi())
+		return;
+	pthread_mutex_lock(&up_lock);
+	for (r = regs; r; r = r->next)
+		if (r->port == sa.port)
+			break;
+	if (r) {
+		r->refs++;
+		pthread_mutex_unlock(&up_lock);
+		return;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		goto out;
+	r->port = sa.port;
+	r->refs = 1;
+	r->ls = procs.lpWSPSocket(AF_INET, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	sin.sin_port = htons(sa.port);
+	if (r->ls == INVALID_SOCKET ||
+	    procs.lpWSPBind(r->ls, (struct sockaddr *)&sin, sizeof(sin), &err) ||
+	    procs.lpWSPListen(r->ls, 128, &err)) {
+		/* another process has this port's registry (SO_REUSEPORT): stay plain */
+		wsd_debug("switch: no registry for port %u (%d)", sa.port, err);
+		if (r->ls != INVALID_SOCKET)
+			procs.lpWSPCloseSocket(r->ls, &err);
+		free(r);
+		goto out;
+	}
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &at, acceptor, r)) {
+		procs.lpWSPCloseSocket(r->ls, &err);
+		free(r);
+	} else {
+		r->next = regs;
+		regs = r;
+	}
+	pthread_attr_destroy(&at);
+out:
+	pthread_mutex_unlock(&up_lock);
+}
+
+void wsd_upgrade_unlisten(struct wsd_sock *s)
+{
+	struct reg **pp, *r;
+
+	if (!s->listening)
+		return;
+	pthread_mutex_lock(&up_lock);
+	for (pp = &regs; (r = *pp); pp = &r->next) {
+		if (r->port != s->stat->local.port)
+			continue;
+		if (--r->refs == 0) {
+			*pp = r->next;
+			atomic_store(&r->stop, true);   /* the acceptor frees it */
+		}
+		break;
+	}
+	pthread_mutex_unlock(&up_lock);
+}
+
+void wsd_upgrade_accepted(struct wsd_sock *s)
+{
+	struct pending **pp, *p, *hit = NULL, *old = NULL;
+	uint64_t now;
+
+	if (learn_tuple(s))
+		return;
+	pthread_mutex_lock(&pend_lock);
+	if (!pendings) {
+		pthread_mutex_unlock(&pend_lock);
+		return;
+	}
+	now = (uint64_t)wsd_now_ms();
+	for (pp = &pendings; (p = *pp);) {
+		if (!hit && same(&s->stat->local, &p->h.server) &&
+		    same(&s->stat->peer, &p->h.client)) {
+			*pp = p->next;
+			hit = p;
+		} else if (now - p->when_ms > PENDING_MS) {
+			*pp = p->next;
+			p->next = old;
+			old = p;
+		} else {
+			pp = &p->next;
+		}
+	}
+	pthread_mutex_unlock(&pend_lock);
+	while (old) {
+		p = old->next;
+		refuse(old->ws, R_NO_MATCH);
+		free(old);
+		old = p;
+	}
+	if (hit) {
+		server_attach(s, hit->ws, &hit->h);
+		free(hit);
+	}
+}
+
+/* ---- the connecting side ---------------------------------------------------------- */
+
+struct job { struct job *next; struct wsd_sock *s; };
+
+static struct job *jobs, **jobs_tail = &jobs;
+static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
+static bool worker_up;
+
+static void fail(struct wsd_sock *s, enum wsd_reason why)
+{
+	atomic_store(&s->upgrade_state, UP_FAILED);
+	set_reason(s, why);
+	wsd_debug("switch: fd %d stays on TCP: %s", s->fd, wsd_reason_name(why));
+}
+
+static void client_upgrade(struct wsd_sock *s)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct wsd_session *ss;
+	struct wsd_hello h = { 0 }, a;
+	SOCKET ws;
+	int err;
+
+	if (atomic_load(&s->nfds) == 0 || s->no_upgrade)
+		return fail(s, R_FORKED);
+	if (learn_tuple(s))
+		return fail(s, R_PEER_PLAIN);
+	if (s->stat->peer.family == AF_INET)
+		memcpy(&sin.sin_addr, s->stat->peer.addr, 4);
+	sin.sin_port = htons(s->stat->peer.port);
+	ws = procs.lpWSPSocket(AF_INET, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	if (ws == INVALID_SOCKET)
+		return fail(s, R_PROVIDER);
+	if (procs.lpWSPConnect(ws, (struct sockaddr *)&sin, sizeof(sin), NULL, NULL, NULL, NULL,
+			       &err)) {
+		procs.lpWSPCloseSocket(ws, &err);
+		return fail(s, err == WSAEACCES ? R_ACCESS : R_PEER_PLAIN);
+	}
+	ss = wsd_session_new(ws, path_of(ws));
+	if (!ss) {
+		procs.lpWSPCloseSocket(ws, &err);
+		return fail(s, R_PROVIDER);
+	}
+	wsd_session_hello(ss, &h, MSG_HELLO);
+	h.client = s->stat->local;
+	h.server = s->stat->peer;
+	if (send_msg(ws, &h) || recv_msg(ws, &a, ANSWER_MS)) {
+		wsd_session_free(ss);
+		return fail(s, R_NO_MATCH);
+	}
+	if (a.kind != MSG_ACCEPT || a.version != WSD_PROTO_VERSION) {
+		wsd_session_free(ss);
+		return fail(s, a.kind == MSG_REFUSE && a.reason < R_NREASONS ?
+			       (enum wsd_reason)a.reason : R_PROTOCOL);
+	}
+	wsd_session_peer(ss, &a);
+	wsd_session_attach(s, ss);
+}
+
+static void *worker(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct job *j;
+
+		pthread_mutex_lock(&up_lock);
+		while (!jobs)
+			pthread_cond_wait(&jobs_cv, &up_lock);
+		j = jobs;
+		jobs = j->next;
+		if (!jobs)
+			jobs_tail = &jobs;
+		pthread_mutex_unlock(&up_lock);
+		atomic_store(&j->s->upgrade_state, UP_RUNNING);
+		client_upgrade(j->s);
+		wsd_sock_put(j->s);
+		free(j);
+	}
+	return NULL;
+}
+
+void wsd_upgrade_maybe(struct wsd_sock *s)
+{
+	const struct wsd_switch_params *p;
+	struct timespec ts;
+	struct job *j;
+	int expect = UP_NONE;
+
+	if (!s->connected_side || atomic_load_explicit(&s->upgrade_state,
+						       memory_order_relaxed) != UP_NONE)
+		return;
+	p = wsd_switch_params();
+	if (s->no_upgrade || !p->enabled) {
+		if (atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_FAILED))
+			set_reason(s, p->enabled ? R_FORKED : R_DISABLED);
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	if (s->tcp_tx + s->tcp_rx < p->upgrade_bytes &&
+	    (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - s->created_ns <
+	    p->upgrade_ns)
+		return;
+	if (!atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_QUEUED))
+		return;
+	if (!wsd_spi() || !(j = calloc(1, sizeof(*j)))) {
+		fail(s, R_PROVIDER);
+		return;
+	}
+	wsd_sock_hold(s);
+	j->s = s;
+	pthread_mutex_lock(&up_lock);
+	if (!worker_up) {
+		pthread_attr_t at;
+		pthread_t t;
+
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		worker_up = pthread_create(&t, &at, worker, NULL) == 0;
+		pthread_attr_destroy(&at);
+	}
+	if (!worker_up) {
+		pthread_mutex_unlock(&up_lock);
+		wsd_sock_put(s);
+		free(j);
+		fail(s, R_PROVIDER);
+		return;
+	}
+	*jobs_tail = j;
+	jobs_tail = &j->next;
+	pthread_cond_signal(&jobs_cv);
+	pthread_mutex_unlock(&up_lock);
+}
+
+/* ---- fork ---------------------------------------------------------------------------- */
+
+/*
+ * The child starts with no threads: no worker, no acceptors, and the
+ * parent's SPI instance is not its own.  Sockets both processes now hold
+ * never upgrade (the peer's data would go to only one of them); upgraded
+ * ones stay the parent's.
+ */
+static void mark_child(int fd, struct wsd_sock *s, void *arg)
+{
+	(void)fd;
+	(void)arg;
+	s->no_upgrade = true;
+	if (s->sess) {
+		s->detached = true;
+		s->sess->ws = INVALID_SOCKET;   /* the parent's: not ours to close */
+		set_reason(s, R_FORKED);
+	}
+}
+
+void wsd_upgrade_atfork_child(void)
+{
+	pthread_mutex_init(&up_lock, NULL);
+	pthread_mutex_init(&pend_lock, NULL);
+	pthread_cond_init(&jobs_cv, NULL);
+	spi_started = false;
+	spi_failed = false;
+	worker_up = false;
+	jobs = NULL;
+	jobs_tail = &jobs;
+	regs = NULL;
+	pendings = NULL;
+	wsd_fd_each(mark_child, NULL);
+}
