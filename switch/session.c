@@ -19,8 +19,10 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sched.h>
 #include <time.h>
 
 #include "provider/internal.h"
@@ -782,6 +784,57 @@ static int wait_fd(struct wsd_sock *s, bool for_rx)
 	return 0;
 }
 
+/* Spinning helps only when the peer runs on another CPU at the same time. */
+static bool spin_pays(void)
+{
+	static int cpus;
+
+	if (!cpus) {
+		cpu_set_t set;
+
+		cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+	}
+	return cpus > 1 && wsd_spin_ns() > 0;
+}
+
+/* Poll the ring head for a while before sleeping (no lock: a hint only). */
+static bool spin_for_data(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t end;
+
+	if (s->rx_mode != DIR_RING || !spin_pays())
+		return false;
+	end = wsd_now_ns() + wsd_spin_ns();
+	do {
+		for (int i = 0; i < 64; i++) {
+			if (rec_at(ss, ss->rx_pos))
+				return true;
+			__builtin_ia32_pause();
+		}
+	} while (wsd_now_ns() < end);
+	return false;
+}
+
+static bool spin_for_room(struct wsd_sock *s, uint32_t len, bool zc)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t end;
+
+	if (!spin_pays())
+		return false;
+	end = wsd_now_ns() + wsd_spin_ns();
+	do {
+		for (int i = 0; i < 64; i++) {
+			if (zc ? atomic_load_explicit(&ss->ctl->zc_done, memory_order_acquire) >=
+				 ss->zc_sent : fits(ss, len, false))
+				return true;
+			__builtin_ia32_pause();
+		}
+	} while (wsd_now_ns() < end);
+	return false;
+}
+
 /* One receive without MSG_WAITALL. */
 static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool nonblock)
 {
@@ -816,6 +869,8 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 			return 0;
 		}
 		n = rx_step(s, c, flags);
+		if (n == -EAGAIN && !nonblock && spin_for_data(s))
+			n = rx_step(s, c, flags);
 		if (n == -EAGAIN) {
 			arm_data(s);
 			n = rx_step(s, c, flags);
@@ -886,6 +941,8 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 			return -EPIPE;
 		if (nonblock)
 			return -EAGAIN;
+		if (spin_for_room(s, len, zc_wait))
+			continue;
 		/* this write also finds a peer that died without a word */
 		if (put_word(ss, W_TX, CTL_OFF(space_arm), ++ss->space_gen))
 			return -EPIPE;
@@ -951,6 +1008,15 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		/* take what fits when it is at least a quarter of a record */
 		while (!fits(ss, len, false) && len > 4096)
 			len /= 2;
+		/*
+		 * Like the kernel's send buffer, a ring that ran full takes new
+		 * data (and polls writable) only when a quarter of it is free.
+		 */
+		if (nonblock && !done && ss->tx_full && !fits(ss, ss->peer_ring / 4, false)) {
+			r = -EAGAIN;
+			break;
+		}
+		ss->tx_full = false;
 		/* a blocking send takes everything, as the kernel's does */
 		r = wait_room(s, len, nonblock, false);
 		if (r)
@@ -964,8 +1030,10 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	}
 	if (done)
 		return (ssize_t)done;
-	if (r == -EAGAIN)
+	if (r == -EAGAIN) {
+		ss->tx_full = true;
 		atomic_fetch_add(&s->tx_eagain, 1);
+	}
 	if (r == -EPIPE)
 		return epipe(flags);
 	return r;
@@ -1023,6 +1091,23 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 	}
 }
 
+/* The peer's FIN record waits in the ring (behind data, perhaps). */
+static bool fin_pending(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t pos;
+	struct wsd_rec *h;
+
+	if (s->rx_mode != DIR_RING)
+		return false;
+	for (pos = ss->rx_pos; (h = rec_at(ss, pos)); )
+		if (h->type == REC_FIN)
+			return true;
+		else
+			pos += h->type == REC_PAD ? h->len : rec_size(h->len);
+	return false;
+}
+
 short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 {
 	short r = 0;
@@ -1039,8 +1124,10 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 	pthread_mutex_unlock(&s->rx_lock);
 	if (in)
 		r |= POLLIN;
-	if (s->tcp_eof || s->peer_fin)
+	if (s->tcp_eof || s->peer_fin || fin_pending(s))
 		r |= POLLRDHUP;
+	if (s->rx_mode == DIR_TCP)
+		r |= kernel & POLLRDHUP;   /* the peer shut its stream before switching */
 	if (s->tcp_err)
 		r |= POLLERR;
 	if ((events & POLLOUT) && pthread_mutex_trylock(&s->tx_lock)) {
@@ -1070,6 +1157,44 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 	if ((s->tcp_eof || s->peer_fin) && (s->tx_shut || atomic_load(&s->sess->ctl->closed)))
 		r |= POLLHUP;
 	return r & (events | POLLHUP | POLLERR);
+}
+
+/* Bytes a receive could return now (FIONREAD), or -1 to ask the kernel. */
+long wsd_sock_nread(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	long n = 0;
+	int k = 0;
+
+	if (!ss || !s->rx_ready_sent)
+		return -1;
+	pthread_mutex_lock(&s->rx_lock);
+	check_switch(s);
+	if (s->rx_mode != DIR_RING && real.ioctl(s->fd, FIONREAD, &k) == 0) {
+		n = k;
+		if (s->rx_mode == DIR_DRAIN && (uint64_t)n > s->rx_switch_at - s->tcp_rx)
+			n = (long)(s->rx_switch_at - s->tcp_rx);
+	}
+	if (s->rx_mode != DIR_TCP) {
+		uint64_t pos = ss->rx_pos;
+		uint32_t off = ss->rx_off;
+		struct wsd_rec *h;
+
+		while ((h = rec_at(ss, pos)) && h->type != REC_FIN) {
+			if (h->type == REC_PAD) {
+				pos += h->len;
+				continue;
+			}
+			if (h->type == REC_DATA)
+				n += h->len - off;
+			else if (h->type == REC_ZC)
+				n += (long)(((struct wsd_zc *)((uint8_t *)h + REC_HDR))->len - off);
+			pos += rec_size(h->len);
+			off = 0;
+		}
+	}
+	pthread_mutex_unlock(&s->rx_lock);
+	return n;
 }
 
 /* ---- shutdown, close ------------------------------------------------------------- */
@@ -1125,6 +1250,8 @@ const char *wsd_switch_path(int fd)
 
 	if (!s)
 		return NULL;
+	wsd_debug("switch: fd %d path? accel %d tx %d rx %d ready %d sess %p", fd, s->accel,
+		  s->tx_mode, s->rx_mode, s->rx_ready_sent, (void *)s->sess);
 	if (wsd_sock_accel(s) && (s->tx_mode == DIR_RING || s->rx_mode == DIR_RING))
 		p = s->sess->path == PATH_VERBS ? "verbs" : "shm";
 	else

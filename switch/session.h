@@ -90,6 +90,7 @@ struct wsd_session {
 	uint64_t tx_pos;
 	uint64_t zc_sent;
 	uint64_t space_gen, rung_data;
+	bool tx_full;                /* a non-blocking send found no room */
 	/* rx (rx_lock) */
 	uint64_t rx_pos;
 	uint32_t rx_off;

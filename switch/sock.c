@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -52,8 +53,10 @@ EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	e = errno;
 	s = wsd_fd_get(fd);
 	if (s) {
-		if (r == 0 || e == EINPROGRESS)
+		if (r == 0 || e == EINPROGRESS) {
 			s->connected_side = true;
+			wsd_upgrade_prestart();
+		}
 		wsd_sock_put(s);
 	}
 	errno = e;
@@ -251,6 +254,15 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	wsd_real_init();
+	if (req == FIONREAD && arg && (s = wsd_fd_get(fd))) {
+		long n = wsd_sock_nread(s);
+
+		wsd_sock_put(s);
+		if (n >= 0) {
+			*(int *)arg = n > INT32_MAX ? INT32_MAX : (int)n;
+			return 0;
+		}
+	}
 	r = real.ioctl(fd, req, arg);
 	if (r == 0 && req == FIONBIO && arg && (s = wsd_fd_get(fd))) {
 		s->nonblock = *(int *)arg != 0;

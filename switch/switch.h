@@ -207,6 +207,9 @@ ssize_t wsd_sock_recv(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
  */
 short wsd_sock_revents(struct wsd_sock *s, short events, short kernel_revents, bool arm);
 
+/* FIONREAD of an accelerated socket, or -1 when the kernel's answer holds. */
+long wsd_sock_nread(struct wsd_sock *s);
+
 /* shutdown()/close() of an accelerated socket; the last close frees it. */
 int wsd_sock_shutdown(struct wsd_sock *s, int how);
 void wsd_sock_closed(struct wsd_sock *s);   /* the last fd went: tell the peer */
@@ -233,6 +236,8 @@ void wsd_upgrade_unlisten(struct wsd_sock *s);
 void wsd_upgrade_accepted(struct wsd_sock *s);
 /* A data call on s: start the upgrade when it is worth it (lazy, cheap). */
 void wsd_upgrade_maybe(struct wsd_sock *s);
+/* A connected socket exists: start the provider in the background now. */
+void wsd_upgrade_prestart(void);
 /* fork: in the child, forget threads and provider state. */
 void wsd_upgrade_atfork_child(void);
 

@@ -129,18 +129,25 @@ static void to_addr(const struct sockaddr_storage *ss, struct wsd_stat_addr *a)
 static int learn_tuple(struct wsd_sock *s)
 {
 	socklen_t l1 = sizeof(s->local), l2 = sizeof(s->peer);
+	int r = 0;
 
 	if (s->tuple_known)
 		return 0;
-	if (getsockname(s->fd, (struct sockaddr *)&s->local, &l1) ||
-	    getpeername(s->fd, (struct sockaddr *)&s->peer, &l2))
-		return -errno;
-	wsd_stat_begin(s->stat);
-	to_addr(&s->local, &s->stat->local);
-	to_addr(&s->peer, &s->stat->peer);
-	wsd_stat_end(s->stat);
-	s->tuple_known = true;
-	return 0;
+	pthread_mutex_lock(&s->mu);
+	if (!s->tuple_known) {
+		if (getsockname(s->fd, (struct sockaddr *)&s->local, &l1) ||
+		    getpeername(s->fd, (struct sockaddr *)&s->peer, &l2)) {
+			r = -errno;
+		} else {
+			wsd_stat_begin(s->stat);
+			to_addr(&s->local, &s->stat->local);
+			to_addr(&s->peer, &s->stat->peer);
+			wsd_stat_end(s->stat);
+			s->tuple_known = true;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return r;
 }
 
 static bool same(const struct wsd_stat_addr *a, const struct wsd_stat_addr *b)
@@ -232,7 +239,10 @@ static void match(int fd, struct wsd_sock *s, void *arg)
 	struct find *f = arg;
 
 	(void)fd;
-	if (f->found || !s->tuple_known || s->listening || s->connected_side)
+	if (f->found || s->listening || s->connected_side)
+		return;
+	/* accept() leaves the tuple to be learnt here, off the application's path */
+	if (!s->tuple_known && learn_tuple(s))
 		return;
 	if (same(&s->stat->local, &f->h->server) && same(&s->stat->peer, &f->h->client)) {
 		wsd_sock_hold(s);
@@ -421,13 +431,15 @@ void wsd_upgrade_accepted(struct wsd_sock *s)
 	struct pending **pp, *p, *hit = NULL, *old = NULL;
 	uint64_t now;
 
-	if (learn_tuple(s))
-		return;
 	pthread_mutex_lock(&pend_lock);
 	if (!pendings) {
 		pthread_mutex_unlock(&pend_lock);
 		return;
 	}
+	pthread_mutex_unlock(&pend_lock);
+	if (learn_tuple(s))
+		return;
+	pthread_mutex_lock(&pend_lock);
 	now = (uint64_t)wsd_now_ms();
 	for (pp = &pendings; (p = *pp);) {
 		if (!hit && same(&s->stat->local, &p->h.server) &&
@@ -512,11 +524,13 @@ static void client_upgrade(struct wsd_sock *s)
 	}
 	wsd_session_peer(ss, &a);
 	wsd_session_attach(s, ss);
+	wsd_debug("switch: fd %d upgraded at %lld ms", s->fd, (long long)wsd_now_ms());
 }
 
 static void *worker(void *arg)
 {
 	(void)arg;
+	wsd_spi();   /* the provider's start-up (tens of ms) is paid here, early */
 	for (;;) {
 		struct job *j;
 
@@ -534,6 +548,30 @@ static void *worker(void *arg)
 		free(j);
 	}
 	return NULL;
+}
+
+/* up_lock held: one worker per process, started on demand. */
+static bool start_worker(void)
+{
+	if (!worker_up) {
+		pthread_attr_t at;
+		pthread_t t;
+
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		worker_up = pthread_create(&t, &at, worker, NULL) == 0;
+		pthread_attr_destroy(&at);
+	}
+	return worker_up;
+}
+
+void wsd_upgrade_prestart(void)
+{
+	if (__atomic_load_n(&worker_up, __ATOMIC_RELAXED) || !wsd_switch_params()->enabled)
+		return;
+	pthread_mutex_lock(&up_lock);
+	start_worker();
+	pthread_mutex_unlock(&up_lock);
 }
 
 void wsd_upgrade_maybe(struct wsd_sock *s)
@@ -566,22 +604,14 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 	wsd_sock_hold(s);
 	j->s = s;
 	pthread_mutex_lock(&up_lock);
-	if (!worker_up) {
-		pthread_attr_t at;
-		pthread_t t;
-
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		worker_up = pthread_create(&t, &at, worker, NULL) == 0;
-		pthread_attr_destroy(&at);
-	}
-	if (!worker_up) {
+	if (!start_worker()) {
 		pthread_mutex_unlock(&up_lock);
 		wsd_sock_put(s);
 		free(j);
 		fail(s, R_PROVIDER);
 		return;
 	}
+	wsd_debug("switch: fd %d upgrade queued at %lld ms", s->fd, (long long)wsd_now_ms());
 	*jobs_tail = j;
 	jobs_tail = &j->next;
 	pthread_cond_signal(&jobs_cv);

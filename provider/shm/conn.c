@@ -659,6 +659,8 @@ static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
 	*priv = NULL;
 	*caps = shm_caps;
 	caps->max_windows = windows_param();
+	/* the membarrier registration takes milliseconds: pay it here, not per connect */
+	shm_features();
 	return 0;
 }
 

@@ -559,7 +559,11 @@ static void *completion_thread(void *arg)
 
 /* ---- startup and cleanup ------------------------------------------------- */
 
-static pthread_mutex_t instances_lock = PTHREAD_MUTEX_INITIALIZER;
+/*
+ * A reader-writer lock: the memory hooks walk the instances while a thread
+ * may hold one instance's lock and free() inside it (which walks them too).
+ */
+static pthread_rwlock_t instances_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct wsp_provider *instances;
 
 /*
@@ -569,7 +573,7 @@ static struct wsp_provider *instances;
  */
 static void instances_atfork_child(void)
 {
-	pthread_mutex_init(&instances_lock, NULL);
+	pthread_rwlock_init(&instances_lock, NULL);
 	instances = NULL;
 }
 
@@ -581,10 +585,10 @@ __attribute__((constructor)) static void instances_init(void)
 /* Every live instance, for WSPMemoryRegistrationCacheCallback. */
 void wsp_for_each_provider(void (*fn)(struct wsp_provider *, void *), void *arg)
 {
-	pthread_mutex_lock(&instances_lock);
+	pthread_rwlock_rdlock(&instances_lock);
 	for (struct wsp_provider *pv = instances; pv; pv = pv->next)
 		fn(pv, arg);
-	pthread_mutex_unlock(&instances_lock);
+	pthread_rwlock_unlock(&instances_lock);
 }
 
 static const WSPPROC_TABLE procs = {
@@ -688,10 +692,10 @@ int WSPStartup(uint16_t version, WSPDATA *data, WSAPROTOCOL_INFO *info,
 		 pv->info.transport);
 	info->provider = pv;
 	snprintf(info->transport, sizeof(info->transport), "%s", pv->info.transport);
-	pthread_mutex_lock(&instances_lock);
+	pthread_rwlock_wrlock(&instances_lock);
 	pv->next = instances;
 	instances = pv;
-	pthread_mutex_unlock(&instances_lock);
+	pthread_rwlock_unlock(&instances_lock);
 	return 0;
 }
 
@@ -723,14 +727,14 @@ int WSPCleanup(struct wsp_provider *pv, int *err)
 		s->closing = false;
 	}
 	pthread_mutex_unlock(&pv->lock);
-	pthread_mutex_lock(&instances_lock);
+	pthread_rwlock_wrlock(&instances_lock);
 	for (struct wsp_provider **p = &instances; *p; p = &(*p)->next) {
 		if (*p == pv) {
 			*p = pv->next;
 			break;
 		}
 	}
-	pthread_mutex_unlock(&instances_lock);
+	pthread_rwlock_unlock(&instances_lock);
 	/* nothing is left open: free it now; else the last close frees it */
 	pthread_mutex_lock(&pv->lock);
 	if (!pv->socks) {
