@@ -305,6 +305,8 @@ static void ring_data(struct wsd_sock *s)
 
 static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t len,
 			const void *inline_payload);
+static void finish_kernel(struct wsd_sock *s);
+static void reset_if_shut(struct wsd_sock *s);
 
 /* tx_lock held: move this direction to the ring if the peer is ready. */
 static bool tx_switch(struct wsd_sock *s)
@@ -571,6 +573,8 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		if (h->type == REC_FIN) {
 			if (!done) {
 				s->peer_fin = true;
+				if (s->tx_shut && !s->kernel_fin)
+					finish_kernel(s);
 				return 0;
 			}
 			break;
@@ -620,7 +624,12 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		report(s, false);
 	if (done)
 		return (ssize_t)done;
-	return s->tcp_err ? -s->tcp_errno : s->tcp_eof ? 0 : -EAGAIN;
+	if (s->tcp_err) {
+		s->tcp_err = false;   /* reported once, then the end, as the kernel does */
+		s->tcp_eof = true;
+		return -s->tcp_errno;
+	}
+	return s->tcp_eof ? 0 : -EAGAIN;
 }
 
 /* Count and return a kernel read; -errno on failure. */
@@ -722,8 +731,27 @@ static void arm_data(struct wsd_sock *s)
  * end.  recv(MSG_PEEK) keeps SO_RCVTIMEO and SA_RESTART the kernel's.
  * for_rx false: a sender's wait (SO_SNDTIMEO, ticking if no bell can come).
  */
-static int wait_fd(struct wsd_sock *s, bool for_rx)
+/* SO_SNDTIMEO in ms, or -1 for none. */
+static int sndtimeo_ms(struct wsd_sock *s)
 {
+	struct timeval tv = { 0 };
+	socklen_t tl = sizeof(tv);
+
+	if (real.getsockopt(s->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tl) || !(tv.tv_sec || tv.tv_usec))
+		return -1;
+	return (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+}
+
+/*
+ * Sleep until the kernel fd has something: a doorbell, stream data, the
+ * end.  A receiver (and a sender without SO_SNDTIMEO, once bells can reach
+ * it) blocks in recv(MSG_PEEK), so SO_RCVTIMEO and SA_RESTART stay the
+ * kernel's.  A sender with a timeout polls until *deadline (ms clock), and
+ * gets -EAGAIN after it, -EINTR on a signal, as the kernel's send does.
+ */
+static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
+{
+	bool peek = for_rx;
 	char b;
 	ssize_t n;
 	int e = 0;
@@ -735,26 +763,34 @@ static int wait_fd(struct wsd_sock *s, bool for_rx)
 		if (s->rx_mode == DIR_DRAIN && s->tcp_rx == s->rx_switch_at)
 			s->rx_mode = DIR_RING;
 		pthread_mutex_unlock(&s->rx_lock);
+		if (*deadline == 0) {
+			int ms = sndtimeo_ms(s);
+
+			*deadline = ms < 0 ? -1 : wsd_now_ms() + ms;
+		}
+		peek = s->rx_mode == DIR_RING && *deadline < 0;
 	}
 	pthread_mutex_lock(&s->mu);
 	s->sleepers++;
 	pthread_mutex_unlock(&s->mu);
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
-	if (for_rx) {
+	if (peek) {
 		n = real.recv(s->fd, &b, 1, MSG_PEEK);
 		if (n < 0)
 			e = errno;
 		else if (n == 0 && s->rx_mode == DIR_RING)
 			s->tcp_eof = true;
+		if (!for_rx && e == EAGAIN)
+			e = 0;   /* SO_RCVTIMEO ended a sender's wait: look again */
 	} else {
-		struct timeval tv = { 0 };
-		socklen_t tl = sizeof(tv);
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };
 		int ms = -1;
 
-		if (!real.getsockopt(s->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tl) &&
-		    (tv.tv_sec || tv.tv_usec))
-			ms = (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000);
+		if (*deadline > 0) {
+			int64_t left = *deadline - wsd_now_ms();
+
+			ms = left > 0 ? (int)left : 0;
+		}
 		/*
 		 * No doorbell can come while the peer still sends by the stream,
 		 * and the stream's unread data would wake us at once: tick,
@@ -768,6 +804,8 @@ static int wait_fd(struct wsd_sock *s, bool for_rx)
 		n = real.poll(&p, 1, ms);
 		if (n < 0)
 			e = errno;
+		else if (n == 0 && *deadline > 0 && wsd_now_ms() >= *deadline)
+			e = EAGAIN;
 	}
 	pthread_mutex_lock(&s->mu);
 	if (s->sleepers == 1)
@@ -777,8 +815,8 @@ static int wait_fd(struct wsd_sock *s, bool for_rx)
 	if (e == EINTR || e == EAGAIN || e == EWOULDBLOCK)
 		return -e;
 	if (e) {
-		s->tcp_err = true;
-		s->tcp_errno = e;
+		/* the kernel reports a reset once; after it, the end of the stream */
+		s->tcp_eof = true;
 		return -e;
 	}
 	return 0;
@@ -864,11 +902,19 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	}
 	for (;;) {
 		pthread_mutex_lock(&s->rx_lock);
-		if (s->rx_shut) {
+		reset_if_shut(s);
+		if (s->tcp_err && s->rx_shut) {
+			s->tcp_err = false;
+			s->tcp_eof = true;
+			pthread_mutex_unlock(&s->rx_lock);
+			return -s->tcp_errno;
+		}
+		n = rx_step(s, c, flags);
+		/* after SHUT_RD what is there still reads; then the end, never a wait */
+		if (s->rx_shut && n == -EAGAIN) {
 			pthread_mutex_unlock(&s->rx_lock);
 			return 0;
 		}
-		n = rx_step(s, c, flags);
 		if (n == -EAGAIN && !nonblock && spin_for_data(s))
 			n = rx_step(s, c, flags);
 		if (n == -EAGAIN) {
@@ -882,7 +928,7 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 			atomic_fetch_add(&s->rx_eagain, 1);
 			return -EAGAIN;
 		}
-		n = wait_fd(s, true);
+		n = wait_fd(s, true, NULL);
 		if (n < 0)
 			return n;
 	}
@@ -930,6 +976,7 @@ static ssize_t epipe(int flags)
 static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wait)
 {
 	struct wsd_session *ss = s->sess;
+	int64_t deadline = 0;
 	int r;
 
 	for (;;) {
@@ -950,7 +997,7 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 			      ss->zc_sent : fits(ss, len, false))
 			return 0;
 		pthread_mutex_unlock(&s->tx_lock);
-		r = wait_fd(s, false);
+		r = wait_fd(s, false, zc_wait ? &(int64_t){ -1 } : &deadline);
 		pthread_mutex_lock(&s->tx_lock);
 		/* a zero-copy sender can't leave: the peer reads our memory */
 		if (r < 0 && !zc_wait)
@@ -1012,9 +1059,10 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		 * Like the kernel's send buffer, a ring that ran full takes new
 		 * data (and polls writable) only when a quarter of it is free.
 		 */
-		if (nonblock && !done && ss->tx_full && !fits(ss, ss->peer_ring / 4, false)) {
-			r = -EAGAIN;
-			break;
+		if (!done && ss->tx_full && !fits(ss, ss->peer_ring / 4, false)) {
+			r = nonblock ? -EAGAIN : wait_room(s, ss->peer_ring / 4, false, false);
+			if (r)
+				break;
 		}
 		ss->tx_full = false;
 		/* a blocking send takes everything, as the kernel's does */
@@ -1069,9 +1117,33 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 
 /* ---- readiness ------------------------------------------------------------------ */
 
+/*
+ * rx_lock held.  Data reaching a socket shut both ways: the kernel would
+ * answer with a reset (ECONNRESET here, EPIPE at the sender); so do we.
+ */
+static void reset_if_shut(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	struct wsd_rec *h;
+
+	if (!s->rx_shut || !s->tx_shut || s->rx_mode != DIR_RING || s->tcp_err || s->tcp_eof)
+		return;
+	while ((h = rec_at(ss, ss->rx_pos)) && h->type == REC_PAD)
+		consume(s, h);
+	if (!h || (h->type != REC_DATA && h->type != REC_ZC))
+		return;
+	s->tcp_err = true;
+	s->tcp_errno = ECONNRESET;
+	pthread_mutex_lock(&s->tx_lock);
+	put_word(ss, W_TX, CTL_OFF(closed), 2);
+	pthread_mutex_unlock(&s->tx_lock);
+}
+
 static bool rx_readable(struct wsd_sock *s, short kernel)
 {
 	struct wsd_session *ss = s->sess;
+
+	reset_if_shut(s);
 
 	if (s->rx_shut || s->peer_fin || s->tcp_eof || s->tcp_err)
 		return true;
@@ -1124,12 +1196,12 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 	pthread_mutex_unlock(&s->rx_lock);
 	if (in)
 		r |= POLLIN;
-	if (s->tcp_eof || s->peer_fin || fin_pending(s))
+	if (s->tcp_eof || s->peer_fin || s->rx_shut || fin_pending(s))
 		r |= POLLRDHUP;
 	if (s->rx_mode == DIR_TCP)
 		r |= kernel & POLLRDHUP;   /* the peer shut its stream before switching */
-	if (s->tcp_err)
-		r |= POLLERR;
+	if (s->tcp_err || atomic_load(&s->sess->ctl->closed) == 2)
+		r |= POLLERR;   /* the peer reset (its kernel would have sent RST) */
 	if ((events & POLLOUT) && pthread_mutex_trylock(&s->tx_lock)) {
 		/* a sender is busy in the stream: ask the kernel */
 		struct pollfd p = { .fd = s->fd, .events = POLLOUT };
@@ -1154,7 +1226,8 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 		}
 		pthread_mutex_unlock(&s->tx_lock);
 	}
-	if ((s->tcp_eof || s->peer_fin) && (s->tx_shut || atomic_load(&s->sess->ctl->closed)))
+	if ((s->tcp_eof || s->peer_fin || s->rx_shut || fin_pending(s)) &&
+	    (s->tx_shut || atomic_load(&s->sess->ctl->closed)))
 		r |= POLLHUP;
 	return r & (events | POLLHUP | POLLERR);
 }
@@ -1199,6 +1272,22 @@ long wsd_sock_nread(struct wsd_sock *s)
 
 /* ---- shutdown, close ------------------------------------------------------------- */
 
+/*
+ * Both directions carried their FIN by ring: no doorbell is needed any more,
+ * so end the kernel stream too, and the kernel's socket states (getpeername's
+ * ENOTCONN, POLLHUP) follow as they would have.
+ */
+static void finish_kernel(struct wsd_sock *s)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!s->kernel_fin && s->tx_shut && s->tx_mode == DIR_RING &&
+	    (s->peer_fin || fin_pending(s))) {
+		s->kernel_fin = true;
+		real.shutdown(s->fd, SHUT_WR);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
 int wsd_sock_shutdown(struct wsd_sock *s, int how)
 {
 	int r = 0;
@@ -1212,7 +1301,11 @@ int wsd_sock_shutdown(struct wsd_sock *s, int how)
 	}
 	if (how == SHUT_WR || how == SHUT_RDWR) {
 		pthread_mutex_lock(&s->tx_lock);
-		if (!s->tx_shut) {
+		if (s->tx_shut && s->kernel_fin) {
+			/* both ends finished: the kernel's socket answers (ENOTCONN) */
+			if (real.shutdown(s->fd, how))
+				r = -errno;
+		} else if (!s->tx_shut) {
 			if (s->tx_mode == DIR_RING) {
 				if (fits(s->sess, 0, true))
 					r = write_record(s, REC_FIN, NULL, 0, NULL);
@@ -1223,23 +1316,61 @@ int wsd_sock_shutdown(struct wsd_sock *s, int how)
 			s->tx_shut = r == 0;
 		}
 		pthread_mutex_unlock(&s->tx_lock);
+		finish_kernel(s);
 	}
 	return r;
+}
+
+/* SO_LINGER with a time: wait (that long at most) for the peer to take our data. */
+static void linger(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	struct linger l = { 0 };
+	socklen_t len = sizeof(l);
+	int64_t end;
+
+	if (s->tx_mode != DIR_RING || real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len) ||
+	    !l.l_onoff || l.l_linger <= 0)
+		return;
+	end = wsd_now_ms() + (int64_t)l.l_linger * 1000;
+	while (atomic_load_explicit(&ss->ctl->consumed, memory_order_acquire) < ss->tx_pos &&
+	       !atomic_load(&ss->ctl->closed) && wsd_now_ms() < end) {
+		struct pollfd p = { .fd = s->fd };
+
+		real.poll(&p, 1, TICK_MS);
+		if (p.revents & (POLLERR | POLLHUP))
+			break;
+	}
 }
 
 void wsd_sock_closed(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
 
+	struct linger l = { 0 };
+	socklen_t len = sizeof(l);
+
 	if (!ss || s->detached)
 		return;
+	real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len);
+	if ((l.l_onoff && l.l_linger == 0) || (s->rx_ready_sent && wsd_sock_nread(s) > 0)) {
+		/* SO_LINGER {1, 0} or unread data: the kernel resets, and so must we */
+		l = (struct linger){ 1, 0 };
+		real.setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+		pthread_mutex_lock(&s->tx_lock);
+		s->tx_shut = true;
+		put_word(ss, W_TX, CTL_OFF(closed), 2);
+		pthread_mutex_unlock(&s->tx_lock);
+		return;
+	}
 	pthread_mutex_lock(&s->tx_lock);
 	if (s->tx_mode == DIR_RING && !s->tx_shut && fits(ss, 0, true))
 		write_record(s, REC_FIN, NULL, 0, NULL);
 	s->tx_shut = true;
-	put_word(ss, W_TX, CTL_OFF(closed), 1);
 	if (s->tx_mode == DIR_RING)
 		ring_data(s);
+	linger(s);
+	put_word(ss, W_TX, CTL_OFF(closed), 1);
 	pthread_mutex_unlock(&s->tx_lock);
 }
 

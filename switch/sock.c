@@ -5,7 +5,9 @@
  * and keeps the fd table in step; the application sees the kernel's result.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -38,8 +40,11 @@ EXPORT int socket(int domain, int type, int protocol)
 
 	wsd_real_init();
 	fd = real.socket(domain, type, protocol);
-	if (fd >= 0 && is_tcp(domain, type, protocol))
+	if (fd >= 0 && is_tcp(domain, type, protocol)) {
 		track(fd, domain, type & SOCK_NONBLOCK);
+		/* the provider takes tens of ms to start: begin in the background now */
+		wsd_upgrade_prestart();
+	}
 	return fd;
 }
 
@@ -271,6 +276,26 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	return r;
 }
 
+/*
+ * A stream over a socket reads and writes through the C library's internal
+ * calls, which no preload can see: such a socket must stay on the kernel
+ * stream (an upgraded one cannot go back; wsd-protocol(7), BUGS).
+ */
+EXPORT FILE *fdopen(int fd, const char *mode)
+{
+	static FILE *(*next)(int, const char *);
+	struct wsd_sock *s;
+
+	if (!next)
+		next = (FILE *(*)(int, const char *))dlsym(RTLD_NEXT, "fdopen");
+	if ((s = wsd_fd_get(fd))) {
+		s->no_upgrade = true;
+		s->why_not = R_UNSUPPORTED;
+		wsd_sock_put(s);
+	}
+	return next ? next(fd, mode) : NULL;
+}
+
 /* ---- fork ------------------------------------------------------------------------ */
 
 /*
@@ -284,8 +309,10 @@ static void mark_shared(int fd, struct wsd_sock *s, void *arg)
 	(void)arg;
 	if (s->listening || s->sess)
 		return;
-	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
+	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC)) {
 		s->no_upgrade = true;
+		s->why_not = R_FORKED;
+	}
 }
 
 static void before_fork(void)

@@ -134,6 +134,7 @@ struct wsd_sock {
 	uint64_t rx_switch_at;       /* DRAIN: TCP data ends at this count */
 	bool tx_shut, rx_shut;       /* shutdown() by the application */
 	bool peer_fin;               /* the peer's FIN record was consumed */
+	bool kernel_fin;             /* both FINs went by ring: the stream was shut too */
 
 	/* blocking-wait bookkeeping (mu) */
 	int plain_waiters;           /* inside a real blocking recv before the switch */
@@ -141,7 +142,8 @@ struct wsd_sock {
 	bool rx_ready_sent;
 
 	bool accel;                  /* data may move outside the kernel stream */
-	bool no_upgrade;             /* shared with another process by fork */
+	bool no_upgrade;             /* never upgrade: why_not says why */
+	uint8_t why_not;             /* enum wsd_reason for no_upgrade */
 	bool detached;               /* a fork child's copy of an upgraded socket */
 	bool tcp_eof, tcp_err;       /* the kernel stream ended (after the switch) */
 	int tcp_errno;

@@ -258,7 +258,7 @@ static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello 
 
 	if (s->no_upgrade || !atomic_compare_exchange_strong(&s->upgrade_state, &expect,
 							      UP_RUNNING)) {
-		refuse(ws, s->no_upgrade ? R_FORKED : R_REFUSED);
+		refuse(ws, s->no_upgrade ? (enum wsd_reason)s->why_not : R_REFUSED);
 		return;
 	}
 	ss = wsd_session_new(ws, path_of(ws));
@@ -491,7 +491,7 @@ static void client_upgrade(struct wsd_sock *s)
 	int err;
 
 	if (atomic_load(&s->nfds) == 0 || s->no_upgrade)
-		return fail(s, R_FORKED);
+		return fail(s, s->no_upgrade ? (enum wsd_reason)s->why_not : R_FORKED);
 	if (learn_tuple(s))
 		return fail(s, R_PEER_PLAIN);
 	if (s->stat->peer.family == AF_INET)
@@ -587,7 +587,7 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 	p = wsd_switch_params();
 	if (s->no_upgrade || !p->enabled) {
 		if (atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_FAILED))
-			set_reason(s, p->enabled ? R_FORKED : R_DISABLED);
+			set_reason(s, p->enabled ? (enum wsd_reason)s->why_not : R_DISABLED);
 		return;
 	}
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
@@ -631,6 +631,7 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 	(void)fd;
 	(void)arg;
 	s->no_upgrade = true;
+	s->why_not = R_FORKED;
 	if (s->sess) {
 		s->detached = true;
 		s->sess->ws = INVALID_SOCKET;   /* the parent's: not ours to close */
