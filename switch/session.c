@@ -624,6 +624,10 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		report(s, false);
 	if (done)
 		return (ssize_t)done;
+	if (!s->tcp_err && !s->tcp_eof && atomic_load(&ss->ctl->closed) == 2) {
+		s->tcp_err = true;    /* the peer reset, and all it sent is read */
+		s->tcp_errno = ECONNRESET;
+	}
 	if (s->tcp_err) {
 		s->tcp_err = false;   /* reported once, then the end, as the kernel does */
 		s->tcp_eof = true;
@@ -1040,8 +1044,30 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 
 	if (s->tx_shut)
 		return epipe(flags);
-	if (atomic_load_explicit(&ss->ctl->closed, memory_order_acquire))
+	switch (atomic_load_explicit(&ss->ctl->closed, memory_order_acquire)) {
+	case 0:
+		break;
+	case 1:
+		/*
+		 * The peer closed cleanly: the kernel takes this send and the
+		 * peer's answer is a reset, seen afterwards (POLLERR, EPIPE).
+		 */
+		if (!s->sent_after_close) {
+			s->sent_after_close = true;
+			s->tcp_err = true;
+			s->tcp_errno = ECONNRESET;
+			return (ssize_t)want;
+		}
+		/* fall through */
+	default:
+		if (s->tcp_err) {
+			/* the send reports the pending reset: it is spent */
+			s->tcp_err = false;
+			s->tcp_eof = true;
+			s->tx_shut = true;   /* reset: closed both ways, POLLHUP stays */
+		}
 		return epipe(flags);
+	}
 	if (!nonblock && want >= p->zcopy_threshold && c->n - c->i == 1 && want <= (1u << 30)) {
 		ssize_t n = send_zc(s, (const uint8_t *)c->iov[c->i].iov_base + c->off, want);
 
@@ -1200,8 +1226,11 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 		r |= POLLRDHUP;
 	if (s->rx_mode == DIR_TCP)
 		r |= kernel & POLLRDHUP;   /* the peer shut its stream before switching */
-	if (s->tcp_err || atomic_load(&s->sess->ctl->closed) == 2)
-		r |= POLLERR;   /* the peer reset (its kernel would have sent RST) */
+	if (s->tcp_err)
+		r |= POLLERR;
+	if (atomic_load(&s->sess->ctl->closed) == 2 && !s->tcp_eof)
+		/* the peer reset (its kernel sent RST): readable, error, hang-up */
+		r |= POLLIN | POLLRDHUP | POLLERR;
 	if ((events & POLLOUT) && pthread_mutex_trylock(&s->tx_lock)) {
 		/* a sender is busy in the stream: ask the kernel */
 		struct pollfd p = { .fd = s->fd, .events = POLLOUT };
@@ -1226,8 +1255,9 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 		}
 		pthread_mutex_unlock(&s->tx_lock);
 	}
-	if ((s->tcp_eof || s->peer_fin || s->rx_shut || fin_pending(s)) &&
-	    (s->tx_shut || atomic_load(&s->sess->ctl->closed)))
+	/* as tcp_poll: both directions shut here, or the connection reset */
+	if (((s->tcp_eof || s->peer_fin || s->rx_shut || fin_pending(s)) && s->tx_shut) ||
+	    s->tcp_err || atomic_load(&s->sess->ctl->closed) == 2)
 		r |= POLLHUP;
 	return r & (events | POLLHUP | POLLERR);
 }

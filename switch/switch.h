@@ -134,6 +134,7 @@ struct wsd_sock {
 	uint64_t rx_switch_at;       /* DRAIN: TCP data ends at this count */
 	bool tx_shut, rx_shut;       /* shutdown() by the application */
 	bool peer_fin;               /* the peer's FIN record was consumed */
+	bool sent_after_close;       /* the one send a closed peer's kernel would take */
 	bool kernel_fin;             /* both FINs went by ring: the stream was shut too */
 
 	/* blocking-wait bookkeeping (mu) */
