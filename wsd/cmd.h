@@ -4,5 +4,6 @@
 
 int cmd_demo(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
 
 #endif

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The wsd command: info, demo, run (stat and bench come with the switch). */
+/* The wsd command: info, demo, run, stat (bench comes with the switch). */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,6 +11,7 @@ static int usage(FILE *f)
 	fprintf(f, "usage: wsd info\n"
 		   "       wsd demo [--bytes N[K|M|G]] [--msg N[K|M]]\n"
 		   "       wsd run [options] -- PROGRAM [ARGS...]\n"
+		   "       wsd stat [--json] [PID...]\n"
 		   "see wsd(1)\n");
 	return f == stderr ? 2 : 0;
 }
@@ -60,6 +61,8 @@ int main(int argc, char **argv)
 		return cmd_demo(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "run"))
 		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "stat"))
+		return cmd_stat(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
 		return usage(stdout);
 	fprintf(stderr, "wsd: unknown command '%s'\n", argv[1]);

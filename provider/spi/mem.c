@@ -16,6 +16,13 @@
 
 #include "provider/spi/spi.h"
 
+struct range {
+	uintptr_t a;
+	size_t len;
+};
+
+static void apply_pending(struct wsp_provider *pv);
+
 static long page_size(void)
 {
 	static long ps;
@@ -91,6 +98,7 @@ struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf, size_t len
 		*err = WSAEFAULT;
 		return NULL;
 	}
+	apply_pending(pv);
 	for (e = pv->cache; e; e = e->next) {
 		if (!e->stale && a >= e->addr && a + len <= e->addr + e->len &&
 		    (e->flags & flags) == flags) {
@@ -145,6 +153,7 @@ void wsp_rc_put(struct wsp_provider *pv, struct rc_entry *e)
 /* Lock held.  The live registration a handle names. */
 struct rc_entry *wsp_rc_find(struct wsp_provider *pv, uint64_t handle)
 {
+	apply_pending(pv);
 	for (struct rc_entry *e = pv->cache; e; e = e->next)
 		if (e->handle == handle && e->refs && !e->stale)
 			return e;
@@ -208,25 +217,63 @@ int WSPDeregisterMemory(SOCKET h, uint64_t handle, int *err)
 	return 0;
 }
 
-struct range {
-	uintptr_t a;
-	size_t len;
-};
 
-static void invalidate_range(struct wsp_provider *pv, void *arg)
+/* lock held: forget what was cached over [a, a + len) (everything if len is 0). */
+static void apply_range(struct wsp_provider *pv, uintptr_t a, size_t len)
 {
-	const struct range *r = arg;
-
-	pthread_mutex_lock(&pv->lock);
 	for (struct rc_entry *e = pv->cache, *n; e; e = n) {
 		n = e->next;
-		if (e->addr >= r->a + r->len || r->a >= e->addr + e->len)
+		if (len && (e->addr >= a + len || a >= e->addr + e->len))
 			continue;
 		e->stale = true;
 		if (!e->refs)
 			entry_drop(pv, e);
 	}
-	pthread_mutex_unlock(&pv->lock);
+}
+
+/* lock held: the ranges freed while someone else held it. */
+static void apply_pending(struct wsp_provider *pv)
+{
+	struct range r[WSP_PENDING_INVAL];
+	unsigned n;
+	bool all;
+
+	if (!__atomic_load_n(&pv->ninval, __ATOMIC_ACQUIRE) &&
+	    !__atomic_load_n(&pv->inval_overflow, __ATOMIC_ACQUIRE))
+		return;
+	pthread_spin_lock(&pv->inval_lock);
+	n = pv->ninval;
+	all = pv->inval_overflow;
+	for (unsigned i = 0; i < n; i++)
+		r[i] = (struct range){ pv->inval[i].a, pv->inval[i].len };
+	pv->ninval = 0;
+	pv->inval_overflow = false;
+	pthread_spin_unlock(&pv->inval_lock);
+	if (all)
+		apply_range(pv, 0, 0);
+	for (unsigned i = 0; i < n && !all; i++)
+		apply_range(pv, r[i].a, r[i].len);
+}
+
+static void invalidate_range(struct wsp_provider *pv, void *arg)
+{
+	const struct range *r = arg;
+
+	if (pthread_mutex_trylock(&pv->lock) == 0) {
+		apply_pending(pv);
+		apply_range(pv, r->a, r->len);
+		pthread_mutex_unlock(&pv->lock);
+		return;
+	}
+	pthread_spin_lock(&pv->inval_lock);
+	if (pv->ninval < WSP_PENDING_INVAL) {
+		pv->inval[pv->ninval].a = r->a;
+		pv->inval[pv->ninval].len = r->len;
+		__atomic_store_n(&pv->ninval, pv->ninval + 1, __ATOMIC_RELEASE);
+	} else {
+		__atomic_store_n(&pv->inval_overflow, true, __ATOMIC_RELEASE);
+	}
+	pthread_spin_unlock(&pv->inval_lock);
 }
 
 /* Memory is going away: every instance forgets what it cached over it. */

@@ -659,6 +659,7 @@ int WSPStartup(uint16_t version, WSPDATA *data, WSAPROTOCOL_INFO *info,
 		pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
 		pthread_mutex_init(&pv->lock, &ma);
 		pthread_mutexattr_destroy(&ma);
+		pthread_spin_init(&pv->inval_lock, PTHREAD_PROCESS_PRIVATE);
 	}
 	pthread_cond_init(&pv->cond, NULL);
 	pv->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

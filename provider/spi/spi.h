@@ -93,8 +93,19 @@ struct rc_entry {
 	bool stale;                      /* its memory is going away: never reuse */
 };
 
+#define WSP_PENDING_INVAL 64
+
 struct wsp_provider {
 	pthread_mutex_t lock;
+	/*
+	 * Ranges freed while another thread held lock: the memory hooks may not
+	 * wait for it (that thread may hold what the freeing thread holds), so
+	 * they leave the range here and the next cache lookup applies it.
+	 */
+	pthread_spinlock_t inval_lock;
+	unsigned ninval;
+	bool inval_overflow;
+	struct { uintptr_t a; size_t len; } inval[WSP_PENDING_INVAL];
 	pthread_cond_t cond;             /* broadcast whenever a request completes */
 	struct nd_adapter *ad;
 	struct nd_adapter_info info;

@@ -1,0 +1,654 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wsd stat: the sockets of every process running the switch, read from the
+ * files those processes publish (/dev/shm/wsd-stat.<pid>, switch/stat.h).
+ * Read-only towards live processes; a file whose process is gone is removed
+ * on the way, since the process could not.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "switch/stat.h"
+#include "switch/switch.h"   /* enum wsd_path, enum wsd_reason: the values only */
+#include "wsd/cmd.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define HDR_LEN offsetof(struct wsd_stat_file, slots)
+
+/*
+ * Our own copy of the names (the command does not link the switch), indexed
+ * by the enum itself so the order cannot drift; a new reason without a name
+ * here fails the build.
+ */
+static const char *const reason_names[] = {
+	[R_NONE] = "none",
+	[R_PENDING] = "pending",
+	[R_LISTENER] = "listener",
+	[R_DISABLED] = "disabled",
+	[R_PEER_PLAIN] = "peer-plain",
+	[R_REFUSED] = "refused",
+	[R_NO_MATCH] = "no-match",
+	[R_ACCESS] = "access",
+	[R_PROVIDER] = "provider",
+	[R_FORKED] = "forked",
+	[R_UNSUPPORTED] = "unsupported",
+	[R_PROTOCOL] = "protocol",
+};
+_Static_assert(ARRAY_SIZE(reason_names) == R_NREASONS, "a wsd_reason without a name");
+
+static const char *const path_names[] = {
+	[PATH_TCP] = "tcp",
+	[PATH_SHM] = "shm",
+	[PATH_VERBS] = "verbs",
+};
+
+enum { C_TCP_TX, C_TCP_RX, C_COPY_TX, C_COPY_RX, C_ZCOPY_TX, C_ZCOPY_RX,
+       C_BELLS_TX, C_BELLS_RX, C_WAITS, C_FALLBACKS, NCTRS };
+
+/* the counters in column order: table heading, JSON key, offset in the slot */
+static const struct {
+	const char *head, *key;
+	size_t off;
+} ctrs[NCTRS] = {
+	{ "TCP-TX", "tcp_tx", offsetof(struct wsd_stat_slot, tcp_tx) },
+	{ "TCP-RX", "tcp_rx", offsetof(struct wsd_stat_slot, tcp_rx) },
+	{ "COPY-TX", "copy_tx", offsetof(struct wsd_stat_slot, copy_tx) },
+	{ "COPY-RX", "copy_rx", offsetof(struct wsd_stat_slot, copy_rx) },
+	{ "ZCOPY-TX", "zcopy_tx", offsetof(struct wsd_stat_slot, zcopy_tx) },
+	{ "ZCOPY-RX", "zcopy_rx", offsetof(struct wsd_stat_slot, zcopy_rx) },
+	{ "BELLS-TX", "doorbells_tx", offsetof(struct wsd_stat_slot, doorbells_tx) },
+	{ "BELLS-RX", "doorbells_rx", offsetof(struct wsd_stat_slot, doorbells_rx) },
+	{ "WAITS", "waits", offsetof(struct wsd_stat_slot, waits) },
+	{ "FALLBACKS", "fallbacks", offsetof(struct wsd_stat_slot, fallbacks) },
+};
+
+/* one socket, as copied out of its slot, with its text ready */
+struct row {
+	uint32_t idx;
+	int32_t fd;
+	bool listening;
+	char local[56], peer[56];    /* "[v6addr%scope]:port" fits */
+	char path[16], reason[24];
+	uint64_t ctr[NCTRS];
+};
+
+struct proc {
+	int pid;
+	char comm[17];
+	struct row *rows;
+	size_t nrows;
+};
+
+/* ---- reading a file ----------------------------------------------------------- */
+
+static void addr_text(const struct wsd_stat_addr *a, char *buf, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN];
+
+	if (a->family == AF_INET && inet_ntop(AF_INET, a->addr, ip, sizeof(ip)))
+		snprintf(buf, len, "%s:%u", ip, a->port);
+	else if (a->family == AF_INET6 && inet_ntop(AF_INET6, a->addr, ip, sizeof(ip)))
+		snprintf(buf, len, "[%s]:%u", ip, a->port);
+	else
+		buf[0] = '\0';   /* not known (yet), or not an address we show */
+}
+
+/*
+ * Copy slot src by the seqlock rule (switch/stat.h): the descriptive fields
+ * count only when gen was even and the same before and after.  The counters
+ * are outside the seqlock (each one atomic), so they are read one by one.
+ * False when the slot kept changing or is free.
+ */
+static bool slot_read(const struct wsd_stat_slot *src, uint32_t idx, struct row *r)
+{
+	struct wsd_stat_slot s;
+
+	for (int tries = 0;; tries++) {
+		uint32_t g1, g2;
+
+		if (tries == 100)
+			return false;
+		if (tries >= 3)
+			sched_yield();   /* a writer was preempted between begin and end */
+		g1 = atomic_load_explicit(&src->gen, memory_order_acquire);
+		if (g1 & 1)
+			continue;
+		memcpy(&s, (const void *)src, offsetof(struct wsd_stat_slot, tcp_tx));
+		atomic_thread_fence(memory_order_acquire);
+		g2 = atomic_load_explicit(&src->gen, memory_order_relaxed);
+		if (g1 == g2)
+			break;
+	}
+	if (!s.used)
+		return false;
+	r->idx = idx;
+	r->fd = s.fd;
+	r->listening = s.listening;
+	addr_text(&s.local, r->local, sizeof(r->local));
+	addr_text(&s.peer, r->peer, sizeof(r->peer));
+	if (s.path < ARRAY_SIZE(path_names))
+		snprintf(r->path, sizeof(r->path), "%s", path_names[s.path]);
+	else
+		snprintf(r->path, sizeof(r->path), "path-%u", s.path);
+	if (s.reason < ARRAY_SIZE(reason_names))
+		snprintf(r->reason, sizeof(r->reason), "%s", reason_names[s.reason]);
+	else   /* a newer switch's reason */
+		snprintf(r->reason, sizeof(r->reason), "reason-%u", s.reason);
+	for (int c = 0; c < NCTRS; c++)
+		r->ctr[c] = atomic_load_explicit(
+			(const _Atomic uint64_t *)((const char *)src + ctrs[c].off),
+			memory_order_relaxed);
+	return true;
+}
+
+/*
+ * Whether process pid has the file (dev, ino) mapped.  A process maps its
+ * file for as long as its image lives, so a live pid that does not map it
+ * has exec'd since (or is another process that got the pid).  True when
+ * we cannot tell (another user's process, /proc hidden): then trust the pid.
+ */
+static bool mapped_by(int pid, dev_t dev, ino_t ino)
+{
+	char name[64], *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(name, sizeof(name), "/proc/%d/maps", pid);
+	f = fopen(name, "re");
+	if (!f)
+		return true;
+	while (!found && getline(&line, &cap, f) > 0) {
+		unsigned int maj, min;
+		unsigned long long inode;
+
+		/* start-end perms offset major:minor inode path */
+		if (sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &inode) == 3)
+			found = inode == (unsigned long long)ino && makedev(maj, min) == dev;
+	}
+	if (ferror(f))
+		found = true;
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/* Remove a file found stale, unless it was replaced since we looked. */
+static void remove_stale(int dirfd, const char *name, const struct stat *seen)
+{
+	struct stat now;
+
+	if (fstatat(dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    now.st_dev == seen->st_dev && now.st_ino == seen->st_ino)
+		unlinkat(dirfd, name, 0);   /* if we may: another user's stays */
+}
+
+/*
+ * Read one process's file into p.  1: read; 0: nothing to show (stale,
+ * being made, not ours to understand); -errno: could not read it.
+ */
+static int proc_read(int dirfd, const char *name, int pid, struct proc *p)
+{
+	const struct wsd_stat_file *f;
+	struct stat st;
+	uint32_t n, hw;
+	void *map;
+	int fd, ret = 0;
+
+	if (kill(pid, 0) < 0 && errno == ESRCH) {
+		/* died without its destructor (a signal, _exit) */
+		unlinkat(dirfd, name, 0);
+		return 0;
+	}
+	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;   /* ENOENT: it exited meanwhile */
+	/* smaller than a header: a process is making it right now */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < HDR_LEN) {
+		close(fd);
+		return 0;
+	}
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (map == MAP_FAILED)
+		return -errno;
+	f = map;
+	/*
+	 * The magic is written last: without it the file is being made, or
+	 * by a wsd of another version.  Either way its process is alive and
+	 * the file is not ours to remove.
+	 */
+	if (f->magic != WSD_STAT_MAGIC)
+		goto out;
+	atomic_thread_fence(memory_order_acquire);
+	if (f->version != WSD_STAT_VERSION || f->pid != pid)
+		goto out;
+	/* the magic first, then the maps: the magic says the mapping was made */
+	if (!mapped_by(pid, st.st_dev, st.st_ino)) {
+		remove_stale(dirfd, name, &st);
+		goto out;
+	}
+	n = f->nslots;
+	if (n > ((size_t)st.st_size - HDR_LEN) / sizeof(struct wsd_stat_slot))
+		n = (uint32_t)(((size_t)st.st_size - HDR_LEN) / sizeof(struct wsd_stat_slot));
+	hw = atomic_load_explicit(&f->hiwater, memory_order_acquire);
+	if (hw > n)
+		hw = n;
+	p->pid = pid;
+	memcpy(p->comm, f->comm, sizeof(f->comm));
+	p->comm[sizeof(f->comm)] = '\0';
+	p->rows = calloc(hw ? hw : 1, sizeof(*p->rows));
+	if (!p->rows) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	p->nrows = 0;
+	for (uint32_t i = 0; i < hw; i++) {
+		if (slot_read(&f->slots[i], i, &p->rows[p->nrows]))
+			p->nrows++;
+	}
+	ret = 1;
+out:
+	munmap(map, (size_t)st.st_size);
+	return ret;
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+	const struct row *x = a, *y = b;
+
+	if (x->fd != y->fd)
+		return x->fd < y->fd ? -1 : 1;
+	return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static int proc_cmp(const void *a, const void *b)
+{
+	const struct proc *x = a, *y = b;
+
+	return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+/* ---- output --------------------------------------------------------------- */
+
+/* Length of the UTF-8 character at p, or 0 when the bytes there are not one. */
+static int utf8_len(const unsigned char *p)
+{
+	unsigned char c = *p;
+	int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 :
+		  (c & 0xf8) == 0xf0 ? 4 : 0;
+	uint32_t cp = len == 2 ? c & 0x1fu : len == 3 ? c & 0x0fu : c & 0x07u;
+
+	for (int i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3fu);
+	}
+	/* overlong forms, surrogates and past U+10FFFF are not UTF-8 either */
+	if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    (len > 1 && cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return len;
+}
+
+/*
+ * s as a JSON string: quotes, backslashes and control characters escaped,
+ * and bytes that are not UTF-8 (a name cut at 15 bytes may end inside a
+ * character) replaced by U+FFFD, so that the document stays valid.
+ */
+static void json_str(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	putchar('"');
+	while (*p) {
+		int len = utf8_len(p);
+
+		if (!len) {
+			fputs("\\ufffd", stdout);
+			p++;
+		} else if (len > 1) {
+			fwrite(p, 1, (size_t)len, stdout);
+			p += len;
+		} else {
+			if (*p == '"' || *p == '\\')
+				printf("\\%c", *p);
+			else if (*p < 0x20 || *p == 0x7f)
+				printf("\\u%04x", *p);
+			else
+				putchar(*p);
+			p++;
+		}
+	}
+	putchar('"');
+}
+
+static void print_json(const struct proc *procs, size_t nprocs)
+{
+	printf("{\"processes\":[");
+	for (size_t i = 0; i < nprocs; i++) {
+		const struct proc *p = &procs[i];
+
+		printf("%s\n {\"pid\":%d,\"comm\":", i ? "," : "", p->pid);
+		json_str(p->comm);
+		printf(",\"sockets\":[");
+		for (size_t j = 0; j < p->nrows; j++) {
+			const struct row *r = &p->rows[j];
+
+			printf("%s\n  {\"fd\":%" PRId32 ",\"local\":", j ? "," : "", r->fd);
+			if (r->local[0])
+				json_str(r->local);
+			else
+				fputs("null", stdout);
+			fputs(",\"peer\":", stdout);
+			if (r->peer[0])
+				json_str(r->peer);
+			else
+				fputs("null", stdout);
+			printf(",\"listening\":%s,\"path\":", r->listening ? "true" : "false");
+			json_str(r->path);
+			fputs(",\"reason\":", stdout);
+			json_str(r->reason);
+			for (int c = 0; c < NCTRS; c++)
+				printf(",\"%s\":%" PRIu64, ctrs[c].key, r->ctr[c]);
+			putchar('}');
+		}
+		printf("]}");
+	}
+	printf("%s]}\n", nprocs ? "\n" : "");
+}
+
+/* A name fit for one table cell: control characters and broken UTF-8 as '?'. */
+static void comm_text(const char *comm, char *buf, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)comm;
+	size_t o = 0;
+
+	while (*p && o + 5 < len) {
+		int n = utf8_len(p);
+
+		if (n > 1) {
+			memcpy(buf + o, p, (size_t)n);
+			o += (size_t)n;
+			p += n;
+		} else {
+			buf[o++] = !n || *p < 0x20 || *p == 0x7f ? '?' : (char)*p;
+			p++;
+		}
+	}
+	buf[o] = '\0';
+}
+
+/* Columns as wide as the terminal shows them: UTF-8 continuation bytes take no room. */
+static int text_width(const char *s)
+{
+	int w = 0;
+
+	for (; *s; s++)
+		w += ((unsigned char)*s & 0xc0) != 0x80;
+	return w;
+}
+
+enum { COL_PID, COL_COMM, COL_FD, COL_LOCAL, COL_PEER, COL_PATH, COL_REASON, COL_CTR0,
+       NCOLS = COL_CTR0 + NCTRS };
+
+static const char *const heads[COL_CTR0] = {
+	"PID", "COMM", "FD", "LOCAL", "PEER", "PATH", "REASON"
+};
+
+/* The cells of one row (or of the heading, for r == NULL). */
+static void cells(const struct proc *p, const struct row *r, char cell[NCOLS][64])
+{
+	for (int c = 0; c < NCOLS; c++) {
+		if (!r) {
+			const char *h = c < COL_CTR0 ? heads[c] : ctrs[c - COL_CTR0].head;
+
+			snprintf(cell[c], 64, "%s", h);
+			continue;
+		}
+		switch (c) {
+		case COL_PID:
+			snprintf(cell[c], 64, "%d", p->pid);
+			break;
+		case COL_COMM:
+			comm_text(p->comm, cell[c], 64);
+			break;
+		case COL_FD:
+			snprintf(cell[c], 64, "%" PRId32, r->fd);
+			break;
+		case COL_LOCAL:
+			snprintf(cell[c], 64, "%s", r->local[0] ? r->local : "-");
+			break;
+		case COL_PEER:
+			snprintf(cell[c], 64, "%s", r->peer[0] ? r->peer : "-");
+			break;
+		case COL_PATH:
+			snprintf(cell[c], 64, "%s", r->path);
+			break;
+		case COL_REASON:
+			snprintf(cell[c], 64, "%s", r->reason);
+			break;
+		default:
+			snprintf(cell[c], 64, "%" PRIu64, r->ctr[c - COL_CTR0]);
+			break;
+		}
+	}
+}
+
+/* Numbers to the right, words to the left, the last column unpadded. */
+static void print_cells(char cell[NCOLS][64], const int width[NCOLS])
+{
+	for (int c = 0; c < NCOLS; c++) {
+		bool right = c == COL_PID || c == COL_FD || c >= COL_CTR0;
+		int pad = width[c] - text_width(cell[c]);
+
+		if (c)
+			putchar(' ');
+		if (right)
+			printf("%*s", pad, "");
+		fputs(cell[c], stdout);
+		if (!right && c + 1 < NCOLS)
+			printf("%*s", pad, "");
+	}
+	putchar('\n');
+}
+
+static void print_table(const struct proc *procs, size_t nprocs)
+{
+	char cell[NCOLS][64];
+	int width[NCOLS];
+
+	cells(NULL, NULL, cell);
+	for (int c = 0; c < NCOLS; c++)
+		width[c] = text_width(cell[c]);
+	for (size_t i = 0; i < nprocs; i++) {
+		for (size_t j = 0; j < procs[i].nrows; j++) {
+			cells(&procs[i], &procs[i].rows[j], cell);
+			for (int c = 0; c < NCOLS; c++) {
+				int w = text_width(cell[c]);
+
+				if (w > width[c])
+					width[c] = w;
+			}
+		}
+	}
+	cells(NULL, NULL, cell);
+	print_cells(cell, width);
+	for (size_t i = 0; i < nprocs; i++) {
+		for (size_t j = 0; j < procs[i].nrows; j++) {
+			cells(&procs[i], &procs[i].rows[j], cell);
+			print_cells(cell, width);
+		}
+	}
+}
+
+/* ---- the command ----------------------------------------------------------- */
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: wsd stat [--json] [PID...]\n");
+	return 2;
+}
+
+/* "wsd-stat.<digits>" -> pid, else 0 */
+static int name_pid(const char *name)
+{
+	const char *d = name + strlen(WSD_STAT_PREFIX);
+	char *end;
+	long v;
+
+	if (strncmp(name, WSD_STAT_PREFIX, strlen(WSD_STAT_PREFIX)) || *d < '1' || *d > '9')
+		return 0;
+	errno = 0;
+	v = strtol(d, &end, 10);
+	if (*end || errno || v > INT32_MAX)
+		return 0;
+	return (int)v;
+}
+
+/* The processes with statistics (only those in want[], when nwant); 0 or 1 */
+static int scan(const int *want, int nwant, bool *seen, struct proc **procsp, size_t *np)
+{
+	struct proc *procs = NULL;
+	size_t nprocs = 0, cap = 0;
+	int status = 0, unreadable = 0;
+	struct dirent *de;
+	DIR *dir;
+
+	dir = opendir(WSD_STAT_DIR);
+	if (!dir && errno != ENOENT) {
+		fprintf(stderr, "wsd stat: %s: %s\n", WSD_STAT_DIR, strerror(errno));
+		return 1;
+	}
+	while (dir && (de = readdir(dir))) {
+		int pid = name_pid(de->d_name), k, r;
+
+		if (!pid)
+			continue;
+		for (k = 0; k < nwant && want[k] != pid; k++)
+			;
+		if (nwant && k == nwant)
+			continue;
+		if (nprocs == cap) {
+			struct proc *more = realloc(procs, (cap ? cap * 2 : 16) * sizeof(*procs));
+
+			if (!more) {
+				fprintf(stderr, "wsd stat: out of memory\n");
+				status = 1;
+				break;
+			}
+			procs = more;
+			cap = cap ? cap * 2 : 16;
+		}
+		memset(&procs[nprocs], 0, sizeof(procs[nprocs]));
+		r = proc_read(dirfd(dir), de->d_name, pid, &procs[nprocs]);
+		if (r == -EACCES && !nwant) {
+			unreadable++;   /* counted, not listed: there may be many */
+			continue;
+		}
+		if (r < 0) {
+			fprintf(stderr, "wsd stat: pid %d: %s\n", pid, strerror(-r));
+			status = 1;
+		}
+		for (k = 0; k < nwant; k++)
+			seen[k] |= want[k] == pid && r != 0;
+		if (r > 0) {
+			qsort(procs[nprocs].rows, procs[nprocs].nrows, sizeof(struct row), row_cmp);
+			nprocs++;
+		}
+	}
+	if (dir)
+		closedir(dir);
+	if (nprocs)   /* procs may be NULL, which qsort may not be given */
+		qsort(procs, nprocs, sizeof(*procs), proc_cmp);
+	if (unreadable)
+		fprintf(stderr, "wsd stat: %d process%s not readable (another user's)\n",
+			unreadable, unreadable > 1 ? "es" : "");
+	*procsp = procs;
+	*np = nprocs;
+	return status;
+}
+
+int cmd_stat(int argc, char **argv)
+{
+	struct proc *procs = NULL;
+	size_t nprocs = 0;
+	int *want = NULL, nwant = 0, status, i, k;
+	bool json = false, *seen = NULL;
+
+	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			json = true;
+		} else if (!strcmp(argv[i], "--")) {
+			i++;
+			break;
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			printf("usage: wsd stat [--json] [PID...]\n");
+			return 0;
+		} else {
+			return usage();
+		}
+	}
+	for (k = i; k < argc; k++) {
+		char *end;
+		long v;
+
+		errno = 0;
+		v = strtol(argv[k], &end, 10);
+		if (!*argv[k] || *end || errno || v <= 0 || v > INT32_MAX) {
+			fprintf(stderr, "wsd stat: '%s' is not a process id\n", argv[k]);
+			return usage();
+		}
+	}
+	if (i < argc) {
+		want = calloc((size_t)(argc - i), sizeof(*want));
+		seen = calloc((size_t)(argc - i), sizeof(*seen));
+		if (!want || !seen) {
+			free(want);
+			free(seen);
+			fprintf(stderr, "wsd stat: out of memory\n");
+			return 1;
+		}
+		for (; i < argc; i++)
+			want[nwant++] = (int)strtol(argv[i], NULL, 10);
+	}
+
+	status = scan(want, nwant, seen, &procs, &nprocs);
+	if (json)
+		print_json(procs, nprocs);
+	else
+		print_table(procs, nprocs);
+	for (k = 0; k < nwant; k++) {
+		if (!seen[k]) {
+			fprintf(stderr, "wsd stat: pid %d: no statistics (not running wsd, or no "
+					"socket yet)\n", want[k]);
+			status = 1;
+		}
+	}
+	for (size_t j = 0; j < nprocs; j++)
+		free(procs[j].rows);
+	free(procs);
+	free(want);
+	free(seen);
+	if (fflush(stdout) || ferror(stdout)) {
+		fprintf(stderr, "wsd stat: writing the output: %s\n", strerror(errno));
+		return 1;
+	}
+	return status;
+}
