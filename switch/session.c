@@ -203,6 +203,16 @@ fail:
 	return NULL;
 }
 
+void wsd_session_abandon(struct wsd_session *ss)
+{
+	int err;
+
+	if (ss->ws != INVALID_SOCKET) {
+		wsd_spi()->lpWSPCloseSocket(ss->ws, &err);
+		ss->ws = INVALID_SOCKET;
+	}
+}
+
 void wsd_session_free(struct wsd_session *ss)
 {
 	int err;

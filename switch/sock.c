@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
+#include <alloca.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -332,4 +334,162 @@ __attribute__((constructor)) static void switch_init(void)
 {
 	wsd_real_init();
 	pthread_atfork(before_fork, NULL, in_child);
+}
+
+/* ---- exec ------------------------------------------------------------------------ */
+
+/*
+ * A new image knows nothing of our sessions, and the peer must not write
+ * into an address space that is about to be replaced.  Before exec every
+ * session's provider connection is closed (its windows die with it), and an
+ * upgraded socket the new image inherits is shut both ways: it reads as a
+ * closed connection instead of the ring's doorbells (libwsd(7), BUGS).
+ */
+struct exec_list {
+	struct wsd_sock **socks;
+	size_t n, cap;
+};
+
+/* Under the fd table's lock: only note them (closing takes that lock too). */
+static void before_exec_one(int fd, struct wsd_sock *s, void *arg)
+{
+	struct exec_list *l = arg;
+
+	if (!s->sess || s->detached)
+		return;
+	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
+		real.shutdown(fd, SHUT_RDWR);
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		struct wsd_sock **p = realloc(l->socks, cap * sizeof(*p));
+
+		if (!p)
+			return;
+		l->socks = p;
+		l->cap = cap;
+	}
+	wsd_sock_hold(s);
+	l->socks[l->n++] = s;
+}
+
+static void before_exec(void)
+{
+	struct exec_list l = { 0 };
+
+	wsd_real_init();
+	if (!wsd_fd_any())
+		return;
+	wsd_fd_each(before_exec_one, &l);
+	for (size_t i = 0; i < l.n; i++) {
+		if (!l.socks[i]->detached) {
+			l.socks[i]->detached = true;
+			wsd_session_abandon(l.socks[i]->sess);
+		}
+		wsd_sock_put(l.socks[i]);
+	}
+	free(l.socks);
+}
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+
+EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	static execve_fn next;
+
+	if (!next)
+		next = (execve_fn)dlsym(RTLD_NEXT, "execve");
+	before_exec();
+	return next(path, argv, envp);
+}
+
+EXPORT int execv(const char *path, char *const argv[])
+{
+	static int (*next)(const char *, char *const[]);
+
+	if (!next)
+		next = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execv");
+	before_exec();
+	return next(path, argv);
+}
+
+EXPORT int execvp(const char *file, char *const argv[])
+{
+	static int (*next)(const char *, char *const[]);
+
+	if (!next)
+		next = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execvp");
+	before_exec();
+	return next(file, argv);
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	static execve_fn next;
+
+	if (!next)
+		next = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
+	before_exec();
+	return next(file, argv, envp);
+}
+
+EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	static int (*next)(int, char *const[], char *const[]);
+
+	if (!next)
+		next = (int (*)(int, char *const[], char *const[]))dlsym(RTLD_NEXT, "fexecve");
+	before_exec();
+	return next(fd, argv, envp);
+}
+
+/* The execl family: gather the arguments, then as execve/execvp. */
+#define GATHER(first, ap, argv, with_env, envp)						\
+	do {										\
+		size_t n_ = 1;								\
+		va_list c_;								\
+		va_copy(c_, ap);							\
+		while (va_arg(c_, char *))						\
+			n_++;								\
+		va_end(c_);								\
+		argv = alloca((n_ + 1) * sizeof(char *));				\
+		argv[0] = (char *)(first);						\
+		for (size_t i_ = 1; i_ <= n_; i_++)					\
+			argv[i_] = va_arg(ap, char *);					\
+		if (with_env)								\
+			envp = va_arg(ap, char **);					\
+	} while (0)
+
+EXPORT int execl(const char *path, const char *arg, ...)
+{
+	char **argv, **envp = NULL;
+	va_list ap;
+
+	va_start(ap, arg);
+	GATHER(arg, ap, argv, false, envp);
+	va_end(ap);
+	(void)envp;
+	return execv(path, argv);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	char **argv, **envp = NULL;
+	va_list ap;
+
+	va_start(ap, arg);
+	GATHER(arg, ap, argv, false, envp);
+	va_end(ap);
+	(void)envp;
+	return execvp(file, argv);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...)
+{
+	char **argv, **envp = NULL;
+	va_list ap;
+
+	va_start(ap, arg);
+	GATHER(arg, ap, argv, true, envp);
+	va_end(ap);
+	return execve(path, argv, envp);
 }

@@ -217,6 +217,9 @@ long wsd_sock_nread(struct wsd_sock *s);
 int wsd_sock_shutdown(struct wsd_sock *s, int how);
 void wsd_sock_closed(struct wsd_sock *s);   /* the last fd went: tell the peer */
 
+/* exec is coming: close the provider connection now (its windows die), keep the memory. */
+void wsd_session_abandon(struct wsd_session *ss);
+
 /* The session's share of freeing a sock. */
 void wsd_session_free(struct wsd_session *ss);
 
