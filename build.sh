@@ -7,9 +7,11 @@
 set -eu
 cd "$(dirname "$0")"
 
-# qemu-system-x86 runs the RDMA VM rig (tests/vm), part of `make check`.
+# qemu-system-x86 runs the RDMA VM rig (tests/vm), part of `make check`;
+# iperf3, sockperf and python3 (to read iperf3's JSON) run real programs
+# under `wsd run` (tests/sock).
 PACKAGES="build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev
-liburing-dev check qemu-system-x86"
+liburing-dev check qemu-system-x86 iperf3 sockperf python3"
 
 install_missing() {
 	missing=""

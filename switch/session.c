@@ -22,6 +22,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <time.h>
 
@@ -258,6 +259,12 @@ static void publish_rx_ready(struct wsd_sock *s)
 {
 	if (s->rx_ready_sent || !s->sess || s->plain_waiters || s->detached)
 		return;
+	/*
+	 * Armed first: a poll or epoll already asleep on the fd started while
+	 * the socket was plain, and must hear of the peer's first ring data.
+	 */
+	put_word(s->sess, W_MU, CTL_OFF(data_arm),
+		 __atomic_add_fetch(&s->sess->data_gen, 1, __ATOMIC_RELAXED));
 	if (put_word(s->sess, W_MU, CTL_OFF(rx_ready), 1))
 		return;
 	s->rx_ready_sent = true;
@@ -267,6 +274,17 @@ static void publish_rx_ready(struct wsd_sock *s)
 static void became_accel(struct wsd_sock *s, bool was)
 {
 	if (!was && s->accel) {
+		socklen_t len = sizeof(s->app_nodelay);
+		int one = 1;
+
+		/*
+		 * Doorbells are single bytes: Nagle would hold the second behind
+		 * the first one's delayed ACK (40 ms).  getsockopt still answers
+		 * what the application set.
+		 */
+		if (!real.getsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &s->app_nodelay, &len) &&
+		    !real.setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)))
+			s->nodelay_forced = true;
 		set_stat_path(s);
 		wsd_poll_sock_accelerated(s);
 	}
@@ -737,7 +755,8 @@ static void arm_data(struct wsd_sock *s)
 	/* a sender short of room may be asleep too: give it all we took */
 	if (ss->rx_pos != ss->rx_reported)
 		report(s, true);
-	put_word(ss, W_RX, CTL_OFF(data_arm), ++ss->data_gen);
+	put_word(ss, W_RX, CTL_OFF(data_arm),
+		 __atomic_add_fetch(&ss->data_gen, 1, __ATOMIC_RELAXED));
 }
 
 /*
@@ -899,6 +918,8 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		s->plain_waiters++;
 	pthread_mutex_unlock(&s->mu);
 	if (plain) {
+		bool was;
+
 		if (s->detached) {
 			n = -ECONNRESET;
 		} else {
@@ -910,8 +931,10 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		}
 		pthread_mutex_lock(&s->mu);
 		s->plain_waiters--;
+		was = s->accel;
 		publish_rx_ready(s);
 		pthread_mutex_unlock(&s->mu);
+		became_accel(s, was);
 		return n;
 	}
 	for (;;) {

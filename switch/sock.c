@@ -182,6 +182,8 @@ static int duped(int oldfd, int newfd)
 	struct wsd_sock *s;
 	int e = errno;
 
+	if (newfd >= 0)
+		wsd_poll_fd_dup(oldfd, newfd);
 	if (newfd < 0 || !(s = wsd_fd_get(oldfd)))
 		return newfd;
 	wsd_fd_set(newfd, s);
@@ -236,10 +238,10 @@ EXPORT int fcntl(int fd, int cmd, ...)
 	va_end(ap);
 	wsd_real_init();
 	r = real.fcntl(fd, cmd, arg);
+	if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+		return duped(fd, r);
 	if (r < 0 || !wsd_fd_any())
 		return r;
-	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
-		return duped(fd, r);
 	if (cmd == F_SETFL && (s = wsd_fd_get(fd))) {
 		s->nonblock = (long)arg & O_NONBLOCK;
 		wsd_sock_put(s);
@@ -296,6 +298,40 @@ EXPORT FILE *fdopen(int fd, const char *mode)
 		wsd_sock_put(s);
 	}
 	return next ? next(fd, mode) : NULL;
+}
+
+/* TCP_NODELAY is ours once a socket is accelerated (doorbells); the app's value stays its own. */
+EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	struct wsd_sock *s;
+	int r;
+
+	wsd_real_init();
+	if (level != IPPROTO_TCP || name != TCP_NODELAY || !(s = wsd_fd_get(fd)))
+		return real.setsockopt(fd, level, name, val, len);
+	if (s->nodelay_forced && val && len >= sizeof(int)) {
+		s->app_nodelay = *(const int *)val != 0;
+		r = 0;
+	} else {
+		r = real.setsockopt(fd, level, name, val, len);
+	}
+	wsd_sock_put(s);
+	return r;
+}
+
+EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	struct wsd_sock *s;
+	int r;
+
+	wsd_real_init();
+	if (level != IPPROTO_TCP || name != TCP_NODELAY || !(s = wsd_fd_get(fd)))
+		return real.getsockopt(fd, level, name, val, len);
+	r = real.getsockopt(fd, level, name, val, len);
+	if (r == 0 && s->nodelay_forced && val && len && *len >= sizeof(int))
+		*(int *)val = s->app_nodelay;
+	wsd_sock_put(s);
+	return r;
 }
 
 /* ---- fork ------------------------------------------------------------------------ */

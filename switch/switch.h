@@ -135,7 +135,9 @@ struct wsd_sock {
 	bool tx_shut, rx_shut;       /* shutdown() by the application */
 	bool peer_fin;               /* the peer's FIN record was consumed */
 	bool sent_after_close;       /* the one send a closed peer's kernel would take */
-	bool kernel_fin;             /* both FINs went by ring: the stream was shut too */
+	bool kernel_fin;
+	bool nodelay_forced;         /* TCP_NODELAY set by us for the doorbells */
+	int app_nodelay;             /* what the application set (getsockopt answers it) */             /* both FINs went by ring: the stream was shut too */
 
 	/* blocking-wait bookkeeping (mu) */
 	int plain_waiters;           /* inside a real blocking recv before the switch */
@@ -231,6 +233,8 @@ void wsd_poll_sock_accelerated(struct wsd_sock *s);
 void wsd_poll_sock_gone(struct wsd_sock *s);
 /* fd was closed (any fd): forget it if it was an epoll set. */
 void wsd_poll_fd_closed(int fd);
+/* newfd now names what oldfd names (dup*, F_DUPFD*): an epoll set too. */
+void wsd_poll_fd_dup(int oldfd, int newfd);
 
 /* ---- upgrade (upgrade.c) ----------------------------------------------------- */
 

@@ -217,8 +217,15 @@ struct reg {
 	uint16_t port;
 	int refs;
 	SOCKET ls;
-	_Atomic bool stop;
+	/*
+	 * When the last listener on the port closed (ms clock), or 0.  The
+	 * registry stays a while after: connections accepted before the close
+	 * upgrade later (one-shot servers close the listener at once).
+	 */
+	_Atomic int64_t closed_at;
 };
+
+#define REG_GRACE_MS 10000
 
 struct pending {
 	struct pending *next;
@@ -327,11 +334,27 @@ static void *acceptor(void *arg)
 
 	for (;;) {
 		SOCKET ws = procs.lpWSPAccept(r->ls, NULL, NULL, NULL, 0, &err);
+		int64_t closed = atomic_load(&r->closed_at);
 
-		if (atomic_load(&r->stop)) {
-			if (ws != INVALID_SOCKET)
-				refuse(ws, R_REFUSED);
-			break;
+		if (closed && wsd_now_ms() - closed > REG_GRACE_MS) {
+			struct reg **pp;
+			bool gone = false;
+
+			pthread_mutex_lock(&up_lock);
+			if (atomic_load(&r->closed_at)) {   /* not revived meanwhile */
+				for (pp = &regs; *pp; pp = &(*pp)->next)
+					if (*pp == r) {
+						*pp = r->next;
+						break;
+					}
+				gone = true;
+			}
+			pthread_mutex_unlock(&up_lock);
+			if (gone) {
+				if (ws != INVALID_SOCKET)
+					refuse(ws, R_REFUSED);
+				break;
+			}
 		}
 		if (ws == INVALID_SOCKET) {
 			if (err == WSAENETDOWN || err == WSAENOTSOCK)
@@ -373,6 +396,7 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 			break;
 	if (r) {
 		r->refs++;
+		atomic_store(&r->closed_at, 0);
 		pthread_mutex_unlock(&up_lock);
 		return;
 	}
@@ -417,10 +441,8 @@ void wsd_upgrade_unlisten(struct wsd_sock *s)
 	for (pp = &regs; (r = *pp); pp = &r->next) {
 		if (r->port != s->stat->local.port)
 			continue;
-		if (--r->refs == 0) {
-			*pp = r->next;
-			atomic_store(&r->stop, true);   /* the acceptor frees it */
-		}
+		if (r->refs > 0 && --r->refs == 0)
+			atomic_store(&r->closed_at, wsd_now_ms());   /* the acceptor ends it */
 		break;
 	}
 	pthread_mutex_unlock(&up_lock);

@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: MIT */
+/* Sockets over loopback, the warm-up and the path check: see common.h. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/sock/common.h"
+
+/* ---- sockets ------------------------------------------------------------- */
+
+const char *famname(int family)
+{
+	return family == AF_INET6 ? "AF_INET6" : family == AF_INET ? "AF_INET" : "AF_?";
+}
+
+static socklen_t loopback(int family, int port, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (family == AF_INET6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+		s6->sin6_family = AF_INET6;
+		s6->sin6_addr = in6addr_loopback;
+		s6->sin6_port = htons(port);
+		return sizeof(*s6);
+	}
+	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+
+	s4->sin_family = AF_INET;
+	s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	s4->sin_port = htons(port);
+	return sizeof(*s4);
+}
+
+int t_listen(int family, int *port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = loopback(family, 0, &ss);
+	int fd = MUST(socket(family, SOCK_STREAM, 0));
+
+	MUST(bind(fd, (struct sockaddr *)&ss, len));
+	MUST(listen(fd, 1024));
+	len = sizeof(ss);
+	MUST(getsockname(fd, (struct sockaddr *)&ss, &len));
+	*port = ntohs(family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+					 : ((struct sockaddr_in *)&ss)->sin_port);
+	return fd;
+}
+
+int t_connect(int family, int port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = loopback(family, port, &ss);
+	int fd = MUST(socket(family, SOCK_STREAM, 0));
+
+	MUST(connect(fd, (struct sockaddr *)&ss, len));
+	return fd;
+}
+
+int t_accept(int lfd)
+{
+	int fd;
+
+	do
+		fd = accept(lfd, NULL, NULL);
+	while (fd < 0 && errno == EINTR);
+	if (fd < 0)
+		die("accept: %s", ename(errno));
+	return fd;
+}
+
+void set_nonblock(int fd, bool on)
+{
+	int fl = MUST(fcntl(fd, F_GETFL));
+
+	MUST(fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK));
+}
+
+void wait_events(int fd, short mask)
+{
+	struct pollfd pfd = { .fd = fd, .events = mask };
+	double t0 = now_ms();
+
+	for (;;) {
+		pfd.revents = 0;
+		if (poll(&pfd, 1, 0) < 0 && errno != EINTR)
+			die("wait_events: poll: %s", ename(errno));
+		if ((pfd.revents & mask) == mask)
+			break;
+		if (now_ms() - t0 > 5000)
+			die("wait_events: no %s after 5 s (have %s)", pollstr(mask),
+			    pollstr(pfd.revents));
+		sleep_ms(1);
+	}
+	sleep_ms(10);
+}
+
+void send_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			die("send_all: %s", ename(errno));
+		p += n;
+		len -= n;
+	}
+}
+
+void recv_all(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+
+	while (len) {
+		ssize_t n = recv(fd, p, len, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			die("recv_all: %s", ename(errno));
+		if (n == 0)
+			die("recv_all: EOF with %zu bytes to go", len);
+		p += n;
+		len -= n;
+	}
+}
+
+/* The warm-up's blocks, made once: programs warm up many connections. */
+static char *warm_block[4];
+static pthread_once_t warm_once = PTHREAD_ONCE_INIT;
+
+static void warm_init(void)
+{
+	for (int i = 0; i < 4; i++) {
+		size_t len = i < 2 ? 256 << 10 : 64 << 10;
+
+		warm_block[i] = malloc(len);
+		if (!warm_block[i])
+			abort();
+		pattern(warm_block[i], len, 101 + i, 0);
+	}
+}
+
+/* One direction of the warm-up: a patterned block, checked on arrival. */
+static void warm_xfer(int fd, bool sending, size_t len, int block)
+{
+	char *buf;
+
+	pthread_once(&warm_once, warm_init);
+	if (sending) {
+		send_all(fd, warm_block[block], len);
+		return;
+	}
+	buf = malloc(len);
+	if (!buf)
+		die("warm-up: out of memory");
+	recv_all(fd, buf, len);
+	if (memcmp(buf, warm_block[block], len))
+		die("warm-up: the data arrived changed");
+	free(buf);
+}
+
+void warmup_bulk(int fd, bool first)
+{
+	warm_xfer(fd, first, 256 << 10, 0);
+	warm_xfer(fd, !first, 256 << 10, 1);
+}
+
+void warmup_tail(int fd, bool first)
+{
+	warm_xfer(fd, first, 64 << 10, 2);
+	warm_xfer(fd, !first, 64 << 10, 3);
+}
+
+static const char *(*path_fn(void))(int)
+{
+	return (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
+}
+
+/*
+ * Under WSD_EXPECT_PATH, give the switch time to finish: it upgrades in the
+ * background, and a loaded machine (make -j) may need more than the warm-up.
+ * Both ends swap a byte saying whether their side has moved, up to 5 s; a
+ * plain run (no WSD_EXPECT_PATH on either end) swaps nothing.
+ */
+void settle(int fd, bool first)
+{
+	const char *want = getenv("WSD_EXPECT_PATH");
+	const char *(*path_of)(int) = path_fn();
+
+	if (!want || !*want || !path_of)
+		return;
+	for (int round = 0; round < 500; round++) {
+		const char *got = path_of(fd);
+		char mine = got && !strcmp(got, want), theirs;
+
+		if (first) {
+			send_all(fd, &mine, 1);
+			recv_all(fd, &theirs, 1);
+		} else {
+			recv_all(fd, &theirs, 1);
+			send_all(fd, &mine, 1);
+		}
+		if (mine && theirs)
+			return;
+		sleep_ms(10);
+	}
+}
+
+void warmup(int fd, bool first)
+{
+	warmup_bulk(fd, first);
+	sleep_ms(20);
+	warmup_tail(fd, first);
+	settle(fd, first);
+	expect_path(fd);
+}
+
+void expect_path(int fd)
+{
+	const char *want = getenv("WSD_EXPECT_PATH");
+	const char *(*path_of)(int);
+	const char *got;
+
+	if (!want || !*want)
+		return;
+	path_of = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
+	if (!path_of) {
+		fprintf(stderr, "%s[%d]: wsd_switch_path not found: not running under the switch\n",
+			t_argv0 ? t_argv0 : "test", (int)getpid());
+		fflush(tr);
+		_exit(1);
+	}
+	got = path_of(fd);
+	if (!got || strcmp(got, want)) {
+		fprintf(stderr, "%s[%d]: fd %d takes path %s, WSD_EXPECT_PATH wants %s\n",
+			t_argv0 ? t_argv0 : "test", (int)getpid(), fd, got ? got : "(none)", want);
+		fflush(tr);
+		_exit(1);
+	}
+}
+
+int fill_until_eagain(int fd, uint32_t seed)
+{
+	static char buf[64 << 10];
+	int fl = MUST(fcntl(fd, F_GETFL));
+	uint64_t off = 0;
+
+	MUST(fcntl(fd, F_SETFL, fl | O_NONBLOCK));
+	for (;;) {
+		ssize_t n;
+
+		pattern(buf, sizeof(buf), seed, off);
+		n = send(fd, buf, sizeof(buf), MSG_NOSIGNAL);
+		if (n < 0 && errno == EAGAIN)
+			break;
+		if (n <= 0)
+			die("fill: send: %s", ename(errno));
+		off += n;
+		if (off > (1u << 30))
+			die("fill: 1 GiB went in and no EAGAIN");
+	}
+	MUST(fcntl(fd, F_SETFL, fl));
+	return (int)off;
+}
+
+void drain_exactly(int fd, int len, uint32_t seed)
+{
+	static char buf[64 << 10], want[64 << 10];
+	int fl = MUST(fcntl(fd, F_GETFL));
+	uint64_t off = 0;
+
+	/* blocking reads: the data may still be on its way */
+	MUST(fcntl(fd, F_SETFL, fl & ~O_NONBLOCK));
+	while (off < (uint64_t)len) {
+		size_t want_n = len - off < sizeof(buf) ? len - off : sizeof(buf);
+		ssize_t n = recv(fd, buf, want_n, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			die("drain: recv: %s", n ? ename(errno) : "EOF");
+		pattern(want, n, seed, off);
+		if (memcmp(buf, want, n))
+			die("drain: the data at offset %llu arrived changed",
+			    (unsigned long long)off);
+		off += n;
+	}
+	MUST(fcntl(fd, F_SETFL, fl));
+}

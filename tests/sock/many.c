@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * 1,000 concurrent connections to one server: all open at once, all warmed
+ * up, each a small request and response (the server answers from one
+ * epoll set holding them all), then all closed and every close seen.
+ * Needs RLIMIT_NOFILE raised; skips (77) where the hard limit will not allow.
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/sock/common.h"
+
+#define CONNS 1000
+#define REQ 100
+
+static int sfd[CONNS];
+
+struct acceptor {
+	int lfd;
+	pthread_t th;
+	int accepted;
+};
+
+/* Accept all; each connection names its index in its first 4 bytes. */
+static void *accept_main(void *arg)
+{
+	struct acceptor *a = arg;
+
+	for (int i = 0; i < CONNS; i++) {
+		int fd = t_accept(a->lfd);
+		uint32_t idx;
+
+		recv_all(fd, &idx, sizeof(idx));
+		if (idx >= CONNS || sfd[idx] >= 0)
+			die("connection index %u", idx);
+		sfd[idx] = fd;
+		a->accepted++;
+	}
+	return NULL;
+}
+
+static void request(char *buf, uint32_t idx, bool response)
+{
+	pattern(buf, REQ, response ? 71 : 70, (uint64_t)idx * REQ);
+}
+
+static void server(struct peer *ctl, void *arg)
+{
+	struct acceptor a = { 0 };
+	struct epoll_event ev[64];
+	int port, ep, served = 0, eofs = 0, bad = 0;
+	char buf[REQ], want[REQ];
+
+	(void)arg;
+	for (int i = 0; i < CONNS; i++)
+		sfd[i] = -1;
+	a.lfd = t_listen(AF_INET, &port);
+	pthread_create(&a.th, NULL, accept_main, &a);
+	ctl_send(ctl, port);
+	pthread_join(a.th, NULL);
+	say("accepted %d connections", a.accepted);
+
+	/* warm-up in the client's order, the quiet time once for all */
+	ctl_send(ctl, 0);
+	for (int i = 0; i < CONNS; i++)
+		warmup_bulk(sfd[i], false);
+	sleep_ms(20);
+	for (int i = 0; i < CONNS; i++) {
+		warmup_tail(sfd[i], false);
+		settle(sfd[i], false);
+		expect_path(sfd[i]);
+	}
+	say("warmed up %d connections", CONNS);
+
+	ep = MUST(epoll_create1(0));
+	for (int i = 0; i < CONNS; i++) {
+		struct epoll_event e = { .events = EPOLLIN, .data.u64 = 0xc0de000000000000ull | i };
+
+		MUST(epoll_ctl(ep, EPOLL_CTL_ADD, sfd[i], &e));
+	}
+	/* requests and then EOFs, in whatever order they come */
+	while (served < CONNS || eofs < CONNS) {
+		int n = epoll_wait(ep, ev, 64, 10000);
+
+		if (n <= 0)
+			die("epoll_wait: %d %s (served %d, EOFs %d)", n, ename(errno), served,
+			    eofs);
+		for (int k = 0; k < n; k++) {
+			uint64_t u = ev[k].data.u64;
+			int i = (int)(u & 0xffff);
+			ssize_t r;
+
+			if ((u >> 48) != 0xc0de || i >= CONNS) {
+				bad++;
+				continue;
+			}
+			r = recv(sfd[i], buf, REQ, MSG_WAITALL);
+			if (r == 0) {
+				MUST(epoll_ctl(ep, EPOLL_CTL_DEL, sfd[i], NULL));
+				close(sfd[i]);
+				eofs++;
+				continue;
+			}
+			request(want, i, false);
+			if (r != REQ || memcmp(buf, want, REQ)) {
+				bad++;
+				continue;
+			}
+			request(buf, i, true);
+			send_all(sfd[i], buf, REQ);
+			served++;
+		}
+	}
+	close(ep);
+	close(a.lfd);
+	say("served %d requests, saw %d EOFs, %d wrong", served, eofs, bad);
+	CHECK(!bad, "%d requests or cookies wrong", bad);
+}
+
+int main(int argc, char **argv)
+{
+	static int fd[CONNS];
+	struct rlimit rl;
+	struct peer b;
+	int port, ok = 0;
+	char buf[REQ], want[REQ];
+
+	t_init(argc, argv);
+	MUST(getrlimit(RLIMIT_NOFILE, &rl));
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 2100) {
+		fprintf(stderr, "SKIP: RLIMIT_NOFILE hard limit %llu < 2100: cannot hold %d "
+				"connections\n", (unsigned long long)rl.rlim_max, CONNS);
+		return 77;
+	}
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4096 ? 4096 : rl.rlim_max;
+	MUST(setrlimit(RLIMIT_NOFILE, &rl));
+
+	peer_start(&b, "server", server, NULL);
+	port = ctl_recv(&b);
+	for (uint32_t i = 0; i < CONNS; i++) {
+		fd[i] = t_connect(AF_INET, port);
+		send_all(fd[i], &i, sizeof(i));
+	}
+	say("opened %d connections", CONNS);
+	ctl_recv(&b);
+	for (int i = 0; i < CONNS; i++)
+		warmup_bulk(fd[i], true);
+	sleep_ms(20);
+	for (int i = 0; i < CONNS; i++) {
+		warmup_tail(fd[i], true);
+		settle(fd[i], true);
+		expect_path(fd[i]);
+	}
+	say("warmed up %d connections", CONNS);
+
+	/* every request out before any response is read: all in flight at once */
+	for (int i = 0; i < CONNS; i++) {
+		request(buf, i, false);
+		send_all(fd[i], buf, REQ);
+	}
+	for (int i = 0; i < CONNS; i++) {
+		request(want, i, true);
+		if (recv(fd[i], buf, REQ, MSG_WAITALL) == REQ && !memcmp(buf, want, REQ))
+			ok++;
+	}
+	say("%d responses right", ok);
+	CHECK(ok == CONNS, "only %d of %d responses right", ok, CONNS);
+	for (int i = 0; i < CONNS; i++)
+		MUST(close(fd[i]));
+	say("closed %d connections", CONNS);
+	peer_end(&b);
+	t_exit();
+}

@@ -1,0 +1,226 @@
+#!/bin/sh
+# Real programs under wsd run, server and client both: iperf3 (-l 128K,
+# -l 1M, -R) and sockperf (ping-pong, throughput) over TCP on 127.0.0.1,
+# 2 seconds each on a free port.  Each must exit 0 and report results; and
+# while the data flows, `wsd stat --json` must show the data connection on
+# path "shm".  A missing iperf3/sockperf/python3 skips (77): ./build.sh
+# installs them.  A missing `wsd stat` fails: without it the path cannot
+# be checked, and passing would claim what was not seen.
+#
+# `wsd stat --json` is read loosely: any JSON object with a "path" member
+# is a socket; the ports it names (numbers under keys with "port" in
+# them, or "host:port" strings, at any depth) say which connection it is.
+set -u
+b=${top_builddir:-.}
+wsd=$b/wsd/wsd
+for t in iperf3 sockperf python3 timeout; do
+	command -v $t >/dev/null 2>&1 || {
+		echo "SKIP: $t is not installed (./build.sh installs it)"
+		exit 77
+	}
+done
+[ -x "$wsd" ] || { echo "FAIL: $wsd: no wsd command (build it first)"; exit 1; }
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
+
+tmp=$(mktemp -d)
+pids=""
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+status=0
+fail() { echo "FAIL: $*"; status=1; }
+
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Wait (10 s at most) until something listens on 127.0.0.1:$1: probing it
+# with a connection would be taken as a client by a one-shot server.
+wait_listen() {
+	python3 - "$1" <<'EOF'
+import sys, time
+port = "%04X" % int(sys.argv[1])
+for _ in range(200):
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(name).read().splitlines()[1:]
+        except OSError:
+            continue
+        for l in lines:
+            f = l.split()
+            if f[1].endswith(":" + port) and f[3] == "0A":
+                sys.exit(0)
+    time.sleep(0.05)
+sys.exit(1)
+EOF
+}
+
+# stat_snapshot FILE: what wsd stat --json says now; 1 if it failed.
+stat_snapshot() {
+	"$wsd" stat --json >"$1" 2>"$1.err" && return 0
+	rc=$?
+	fail "'wsd stat --json' failed (exit $rc): $(head -n 1 "$1.err")"
+	echo "      the stat command may not be there yet; without it the path of the data"
+	echo "      connection cannot be checked"
+	return 1
+}
+
+# check_path FILE PORT LABEL: every socket of the connection with local or
+# peer port PORT takes path shm, and there is at least one.
+check_path() {
+	python3 - "$1" "$2" <<'EOF'
+import json, re, sys
+path, port = sys.argv[1], int(sys.argv[2])
+try:
+    data = json.load(open(path))
+except ValueError as e:
+    print("wsd stat --json did not print JSON: %s" % e)
+    sys.exit(1)
+
+def ports(o, key=""):
+    if isinstance(o, dict):
+        for k, v in o.items():
+            yield from ports(v, k)
+    elif isinstance(o, list):
+        for v in o:
+            yield from ports(v, key)
+    elif isinstance(o, bool):
+        return
+    elif isinstance(o, int) and "port" in key.lower():
+        yield o
+    elif isinstance(o, str):
+        m = re.search(r":(\d+)$", o)
+        if m:
+            yield int(m.group(1))
+
+found = []
+def walk(o):
+    if isinstance(o, dict):
+        if "path" in o and port in set(ports(o)):
+            found.append(o)
+        for v in o.values():
+            walk(v)
+    elif isinstance(o, list):
+        for v in o:
+            walk(v)
+walk(data)
+if not found:
+    print("no socket with port %d in wsd stat --json" % port)
+    sys.exit(1)
+bad = [s for s in found if s.get("path") != "shm"]
+for s in found:
+    print("  %s" % json.dumps(s, sort_keys=True)[:300])
+if bad:
+    print("%d of %d sockets of the connection not on path shm" % (len(bad), len(found)))
+    sys.exit(1)
+EOF
+}
+
+iperf() {
+	label=$1
+	shift
+	port=$(free_port)
+	echo "== iperf3 $label"
+	timeout 60 "$wsd" run -- iperf3 -s -1 -B 127.0.0.1 -p "$port" -J \
+		>"$tmp/server.json" 2>"$tmp/server.err" &
+	spid=$!
+	pids="$pids $spid"
+	wait_listen "$port" || { fail "iperf3 $label: the server is not listening"; return; }
+	timeout 60 "$wsd" run -- iperf3 -c 127.0.0.1 -p "$port" -t 2 "$@" -J \
+		>"$tmp/client.json" 2>"$tmp/client.err" &
+	cpid=$!
+	pids="$pids $cpid"
+	sleep 1
+	stat_snapshot "$tmp/stat.json"
+	have_stat=$?
+	wait $cpid
+	crc=$?
+	wait $spid
+	src=$?
+	[ $crc -eq 0 ] || { fail "iperf3 $label: client exit $crc"; cat "$tmp/client.err" "$tmp/client.json"; }
+	[ $src -eq 0 ] || { fail "iperf3 $label: server exit $src"; cat "$tmp/server.err"; }
+	[ $crc -eq 0 ] || return
+	out=$(python3 - "$tmp/client.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["end"]["sum_received"]
+print(int(r["bytes"]), int(r["bits_per_second"]), d["start"]["connected"][0]["local_port"])
+EOF
+) || { fail "iperf3 $label: cannot read its JSON"; return; }
+	set -- $out
+	if [ "$1" -gt 0 ]; then
+		echo "ok: iperf3 $label: $1 bytes received, $(($2 / 1000000)) Mbit/s"
+	else
+		fail "iperf3 $label: no bytes received"
+	fi
+	if [ $have_stat -eq 0 ]; then
+		if check_path "$tmp/stat.json" "$3"; then
+			echo "ok: iperf3 $label: the data connection (port $3) on path shm"
+		else
+			fail "iperf3 $label: the data connection (port $3) is not on path shm"
+		fi
+	fi
+}
+
+iperf "-l 128K" -l 128K
+iperf "-l 1M" -l 1M
+iperf "-R" -R
+
+echo "== sockperf"
+port=$(free_port)
+timeout 120 "$wsd" run -- sockperf server --tcp -i 127.0.0.1 -p "$port" >"$tmp/sp-server.out" 2>&1 &
+spid=$!
+pids="$pids $spid"
+if wait_listen "$port"; then
+	timeout 60 "$wsd" run -- sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -t 2 \
+		--data-integrity >"$tmp/pp.out" 2>&1
+	rc=$?
+	if [ $rc -ne 0 ]; then
+		fail "sockperf ping-pong: exit $rc"
+		cat "$tmp/pp.out"
+	elif ! grep -q "Summary: Latency is [0-9]" "$tmp/pp.out" ||
+	     ! grep -q "# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0" \
+		"$tmp/pp.out"; then
+		fail "sockperf ping-pong: no latency summary, or messages lost or reordered"
+		cat "$tmp/pp.out"
+	else
+		echo "ok: sockperf ping-pong: $(grep -o 'Latency is .*' "$tmp/pp.out"), nothing lost"
+	fi
+
+	cport=$(free_port)
+	timeout 60 "$wsd" run -- sockperf throughput --tcp -i 127.0.0.1 -p "$port" -t 2 -m 65000 \
+		--client_port "$cport" >"$tmp/tp.out" 2>&1 &
+	cpid=$!
+	pids="$pids $cpid"
+	sleep 1
+	stat_snapshot "$tmp/sp-stat.json"
+	have_stat=$?
+	wait $cpid
+	rc=$?
+	if [ $rc -ne 0 ]; then
+		fail "sockperf throughput: exit $rc"
+		cat "$tmp/tp.out"
+	elif ! grep -q "Summary: BandWidth is [0-9]*[1-9]" "$tmp/tp.out"; then
+		fail "sockperf throughput: no bandwidth reported"
+		cat "$tmp/tp.out"
+	else
+		echo "ok: sockperf throughput: $(grep -o 'BandWidth is .*' "$tmp/tp.out")"
+	fi
+	if [ $have_stat -eq 0 ]; then
+		if check_path "$tmp/sp-stat.json" "$cport"; then
+			echo "ok: sockperf throughput: the connection (port $cport) on path shm"
+		else
+			fail "sockperf throughput: the connection (port $cport) is not on path shm"
+		fi
+	fi
+else
+	fail "sockperf: the server is not listening"
+fi
+kill $spid 2>/dev/null
+wait $spid 2>/dev/null
+grep -qi "error" "$tmp/sp-server.out" && { fail "sockperf server reported an error"; cat "$tmp/sp-server.out"; }
+
+[ $status -eq 0 ] && echo "real programs: all checks passed"
+exit $status
