@@ -743,13 +743,35 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	}
 }
 
-/* rx_lock held: make the peer ring when data comes; drop old bells. */
-static void arm_data(struct wsd_sock *s)
+/*
+ * A thread about to sleep counts itself a sleeper BEFORE its last look at
+ * the ring: a doorbell another thread reads is then never one it needed
+ * (only a sole sleeper drains, after waking).
+ */
+static void sleeper_enter(struct wsd_sock *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->sleepers++;
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void sleeper_leave(struct wsd_sock *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->sleepers--;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/*
+ * rx_lock held: make the peer ring when data comes; drop old bells unless
+ * another thread sleeps on them.  self: the caller already counts as a sleeper.
+ */
+static void arm_data(struct wsd_sock *s, bool self)
 {
 	struct wsd_session *ss = s->sess;
 
 	pthread_mutex_lock(&s->mu);
-	if (!s->sleepers)
+	if (s->sleepers == (self ? 1 : 0))
 		drain(s);
 	pthread_mutex_unlock(&s->mu);
 	/* a sender short of room may be asleep too: give it all we took */
@@ -803,9 +825,7 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		}
 		peek = s->rx_mode == DIR_RING && *deadline < 0;
 	}
-	pthread_mutex_lock(&s->mu);
-	s->sleepers++;
-	pthread_mutex_unlock(&s->mu);
+	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
 	if (peek) {
 		n = real.recv(s->fd, &b, 1, MSG_PEEK);
@@ -955,8 +975,12 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		if (n == -EAGAIN && !nonblock && spin_for_data(s))
 			n = rx_step(s, c, flags);
 		if (n == -EAGAIN) {
-			arm_data(s);
+			if (!nonblock)
+				sleeper_enter(s);
+			arm_data(s, !nonblock);
 			n = rx_step(s, c, flags);
+			if (n != -EAGAIN && !nonblock)
+				sleeper_leave(s);
 		}
 		pthread_mutex_unlock(&s->rx_lock);
 		if (n != -EAGAIN)
@@ -1027,12 +1051,17 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 			return -EAGAIN;
 		if (spin_for_room(s, len, zc_wait))
 			continue;
+		sleeper_enter(s);
 		/* this write also finds a peer that died without a word */
-		if (put_word(ss, W_TX, CTL_OFF(space_arm), ++ss->space_gen))
+		if (put_word(ss, W_TX, CTL_OFF(space_arm), ++ss->space_gen)) {
+			sleeper_leave(s);
 			return -EPIPE;
+		}
 		if (zc_wait ? atomic_load_explicit(&ss->ctl->zc_done, memory_order_acquire) >=
-			      ss->zc_sent : fits(ss, len, false))
+			      ss->zc_sent : fits(ss, len, false)) {
+			sleeper_leave(s);
 			return 0;
+		}
 		pthread_mutex_unlock(&s->tx_lock);
 		r = wait_fd(s, false, zc_wait ? &(int64_t){ -1 } : &deadline);
 		pthread_mutex_lock(&s->tx_lock);
@@ -1249,7 +1278,7 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 	pthread_mutex_lock(&s->rx_lock);
 	in = rx_readable(s, kernel);
 	if (!in && arm && (events & POLLIN) && s->rx_ready_sent) {
-		arm_data(s);
+		arm_data(s, false);
 		in = rx_readable(s, kernel);
 	}
 	pthread_mutex_unlock(&s->rx_lock);
