@@ -67,6 +67,7 @@ static int submit(struct wsp_socket *s, enum req_kind kind, WSAOVERLAPPED *ov, p
 		return fail(s, code, err);
 	}
 	r->nd_pending = true;
+	wsp_kick(s, ov);
 	wsp_harvest(s);
 	if (ov) {
 		ret = wsp_req_finish_call(r, bytes, err);

@@ -526,6 +526,28 @@ static unsigned snapshot(struct wsp_provider *pv, struct wsp_socket ***out, unsi
 	return n;
 }
 
+/* Lock held. */
+static bool needs_thread(const struct wsp_socket *s)
+{
+	for (const struct wsp_req *r = s->reqs; r; r = r->next)
+		if (!r->done && (!r->ov || wants_notice(r->ov)))
+			return true;
+	return false;
+}
+
+/*
+ * Lock held.  A request was posted that the completion thread must see
+ * through (a call will sleep on it, or it posts a completion): wake the
+ * thread if this socket's CQ is not armed.
+ */
+void wsp_kick(struct wsp_socket *s, const WSAOVERLAPPED *ov)
+{
+	if ((!ov || wants_notice(ov)) && !s->armed) {
+		s->armed = true;
+		(void)eventfd_write(s->pv->efd, 1);
+	}
+}
+
 static void *completion_thread(void *arg)
 {
 	struct wsp_provider *pv = arg;
@@ -541,8 +563,14 @@ static void *completion_thread(void *arg)
 			struct wsp_socket *s = socks[i];
 
 			wsp_harvest(s);
-			/* closed while we notified: its CQ is gone */
-			if (s->cq)
+			/*
+			 * Arm only for requests someone waits on here: a call asleep,
+			 * or a completion to post.  Requests polled by their owner
+			 * (hEvent's low bit) need no thread, and the switch's stream
+			 * of RDMA writes would otherwise wake it for every one.
+			 */
+			s->armed = s->cq && needs_thread(s);   /* closed meanwhile: no CQ */
+			if (s->armed)
 				nd_cq_notify(s->cq, ND_CQ_NOTIFY_ANY);
 		}
 		pthread_mutex_unlock(&pv->lock);

@@ -78,6 +78,7 @@ struct wsp_socket {
 	struct wsd_port *port;
 	uintptr_t key;
 	struct wsp_req *reqs;
+	bool armed;                      /* the completion thread armed its CQ */
 	struct rdma_reg *rdma;
 };
 
@@ -133,6 +134,7 @@ WSD_HIDDEN SOCKET wsp_sock_new(struct wsp_provider *pv, int af, int *err,
 			       struct wsp_socket **out);
 WSD_HIDDEN void wsp_sock_release_handle(struct wsp_socket *s);
 WSD_HIDDEN int wsp_sock_watch(struct wsp_socket *s);
+WSD_HIDDEN void wsp_kick(struct wsp_socket *s, const WSAOVERLAPPED *ov);
 WSD_HIDDEN void wsp_harvest(struct wsp_socket *s);
 WSD_HIDDEN struct wsp_req *wsp_req_new(struct wsp_socket *s, enum req_kind kind,
 				       WSAOVERLAPPED *ov);

@@ -20,6 +20,9 @@
 #define CONNS 1000
 #define REQ 100
 
+/* connections whose path WSD_EXPECT_PATH checks (see the fd limit in main) */
+static int path_checked = CONNS;
+
 static int sfd[CONNS];
 
 struct acceptor {
@@ -74,8 +77,10 @@ static void server(struct peer *ctl, void *arg)
 	sleep_ms(20);
 	for (int i = 0; i < CONNS; i++) {
 		warmup_tail(sfd[i], false);
-		settle(sfd[i], false);
-		expect_path(sfd[i]);
+		if (i < path_checked) {
+			settle(sfd[i], false);
+			expect_path(sfd[i]);
+		}
 	}
 	say("warmed up %d connections", CONNS);
 
@@ -139,7 +144,16 @@ int main(int argc, char **argv)
 				"connections\n", (unsigned long long)rl.rlim_max, CONNS);
 		return 77;
 	}
-	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4096 ? 4096 : rl.rlim_max;
+	/*
+	 * Room for the switch too: each connection it moves to shared memory
+	 * holds about eight more fds (its provider connection's socket, memfd,
+	 * eventfds, pidfd) in each process.  With less, the later connections
+	 * stay on TCP (reason "provider" in wsd stat) and only the first 100
+	 * are required to move.
+	 */
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 16384 ? 16384 : rl.rlim_max;
+	if (rl.rlim_cur < 12000)
+		path_checked = 100;
 	MUST(setrlimit(RLIMIT_NOFILE, &rl));
 
 	peer_start(&b, "server", server, NULL);
@@ -155,8 +169,10 @@ int main(int argc, char **argv)
 	sleep_ms(20);
 	for (int i = 0; i < CONNS; i++) {
 		warmup_tail(fd[i], true);
-		settle(fd[i], true);
-		expect_path(fd[i]);
+		if (i < path_checked) {
+			settle(fd[i], true);
+			expect_path(fd[i]);
+		}
 	}
 	say("warmed up %d connections", CONNS);
 
