@@ -118,6 +118,21 @@ if bad:
 EOF
 }
 
+# Snapshot wsd stat until the connection on port $2 shows up on path shm,
+# or the client ($3) ends, or 10 s pass: programs start their traffic late
+# (sockperf warms up first) and the switch upgrades in the background.
+snapshot_until() {
+	n=0
+	while [ $n -lt 40 ]; do
+		sleep 0.25
+		stat_snapshot "$1" || return $?
+		check_path "$1" "$2" >/dev/null 2>&1 && return 0
+		kill -0 "$3" 2>/dev/null || return 0
+		n=$((n + 1))
+	done
+	return 0
+}
+
 iperf() {
 	label=$1
 	shift
@@ -132,7 +147,8 @@ iperf() {
 		>"$tmp/client.json" 2>"$tmp/client.err" &
 	cpid=$!
 	pids="$pids $cpid"
-	sleep 1
+	# the data port is known only from the JSON at the end: look mid-run
+	sleep 1.5
 	stat_snapshot "$tmp/stat.json"
 	have_stat=$?
 	wait $cpid
@@ -194,8 +210,7 @@ if wait_listen "$port"; then
 		--client_port "$cport" >"$tmp/tp.out" 2>&1 &
 	cpid=$!
 	pids="$pids $cpid"
-	sleep 1
-	stat_snapshot "$tmp/sp-stat.json"
+	snapshot_until "$tmp/sp-stat.json" "$cport" $cpid
 	have_stat=$?
 	wait $cpid
 	rc=$?
