@@ -478,6 +478,7 @@ struct wsd_epitem {
 	bool kicked;                   /* an edge to report if ready (ET) */
 	bool disabled;                 /* EPOLLONESHOT fired */
 	uint32_t last_rx_eagain, last_tx_eagain;   /* when last reported (ET) */
+	uint64_t last_mark;                        /* the ring's data end then (ET) */
 };
 
 /* One epoll set (one kernel object, however many fds name it). */
@@ -959,6 +960,7 @@ static int ep_add(struct epset *set, int epfd, int fd, struct wsd_epitem *nit,
 	nit->events = ev->events;
 	nit->data = ev->data;
 	nit->kicked = true;
+	nit->last_mark = UINT64_MAX;   /* data already there is an edge, as ADD's */
 	link_init(&nit->alink);
 	kev = kernel_event(ev->events, accel, item_token(nit));
 	if (real.epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &kev))
@@ -1057,8 +1059,16 @@ static int ep_ctl(struct epset *set, int epfd, int op, int fd, struct epoll_even
 	if (!ret && it && it->accel && atomic_load(&set->waiters))
 		set_wake(set);
 	pthread_mutex_unlock(&set->mu);
-	if (!ret && inner)
+	if (!ret && inner) {
+		struct ep_link *l;
+
 		atomic_store(&inner->nested, true);
+		/* the outer set's sleep must hear of the inner sockets' data */
+		pthread_mutex_lock(&inner->mu);
+		for (l = inner->accel.next; l != &inner->accel; l = l->next)
+			wsd_sock_arm(item_of(l)->sock, (short)(item_of(l)->events & POLL_BITS));
+		pthread_mutex_unlock(&inner->mu);
+	}
 	items_free(dead);
 	free(nit);
 	if (s)
@@ -1101,13 +1111,26 @@ static uint32_t item_ready(struct wsd_epitem *it, bool arm)
 	it->kicked = false;
 	if (it->disabled)
 		return 0;
+	uint64_t mark = wsd_sock_rx_mark(s);
+
 	r = accel_revents(s, want, (short)it->krev, false);
 	if (!(it->events & EPOLLET) || kicked)
 		fresh = r;
 	else
-		fresh = (rx != it->last_rx_eagain ? r & ~POLL_WR_ALL : 0) |
+		fresh = (rx != it->last_rx_eagain || mark != it->last_mark ? r & ~POLL_WR_ALL : 0) |
 			(tx != it->last_tx_eagain ? r & POLL_WR_ALL : 0);
-	if (!fresh && arm && (want & ~r & (POLLIN | POLLPRI | POLLRDHUP | POLL_WR_ALL))) {
+	if (!fresh && arm && (it->events & EPOLLET)) {
+		/*
+		 * Edge-triggered, nothing new: ask for a doorbell on the next
+		 * arrival even though old data waits (the edge is spent), then
+		 * look once more for data that came meanwhile.
+		 */
+		wsd_sock_arm(s, want);
+		mark = wsd_sock_rx_mark(s);
+		r = accel_revents(s, want, (short)it->krev, false);
+		fresh = (mark != it->last_mark ? r & ~POLL_WR_ALL : 0) |
+			(tx != it->last_tx_eagain ? r & POLL_WR_ALL : 0);
+	} else if (!fresh && arm && (want & ~r & (POLLIN | POLLPRI | POLLRDHUP | POLL_WR_ALL))) {
 		short r2 = accel_revents(s, want & ~r, (short)it->krev, true);
 
 		if (r2)
@@ -1117,6 +1140,7 @@ static uint32_t item_ready(struct wsd_epitem *it, bool arm)
 		return 0;
 	it->last_rx_eagain = rx;
 	it->last_tx_eagain = tx;
+	it->last_mark = mark;
 	return (uint16_t)r;
 }
 
@@ -1227,6 +1251,37 @@ static int ep_block(int kind, int epfd, struct epoll_event *ev, int max, const s
 	}
 }
 
+/*
+ * Before a set sleeps: the accelerated sockets of epoll sets inside it
+ * (one level) ring when data comes, though nobody waited on the inner set
+ * itself since.  Arming changes no edge state; it only asks for doorbells.
+ */
+static void arm_nested(struct epset *set)
+{
+	struct epset *inner[16];
+	unsigned n = 0;
+
+	pthread_mutex_lock(&set->mu);
+	for (unsigned b = 0; set->hash && b <= set->hmask && n < 16; b++)
+		for (struct wsd_epitem *it = set->hash[b]; it && n < 16; it = it->h_next)
+			if (!it->sock && (inner[n] = set_get(it->fd)))
+				n++;
+	pthread_mutex_unlock(&set->mu);
+	for (unsigned i = 0; i < n; i++) {
+		struct ep_link *l;
+
+		pthread_mutex_lock(&inner[i]->mu);
+		for (l = inner[i]->accel.next; l != &inner[i]->accel; l = l->next) {
+			struct wsd_epitem *it = item_of(l);
+
+			if (!it->disabled)
+				wsd_sock_arm(it->sock, (short)(it->events & POLL_BITS));
+		}
+		pthread_mutex_unlock(&inner[i]->mu);
+		set_put(inner[i]);
+	}
+}
+
 static int ep_wait(struct epset *set, int epfd, struct epoll_event *ev, int max,
 		   const struct deadline *dl, const sigset_t *sigmask, int kind)
 {
@@ -1253,6 +1308,7 @@ static int ep_wait(struct epset *set, int epfd, struct epoll_event *ev, int max,
 				return n;
 			deadline_left(dl, &left);
 		}
+		arm_nested(set);
 		atomic_fetch_add(&set->waiters, 1);
 		r = ep_block(kind, epfd, ev, max, dl, &left, sigmask);
 		err = errno;

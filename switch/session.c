@@ -335,6 +335,7 @@ static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uin
 			const void *inline_payload);
 static void finish_kernel(struct wsd_sock *s);
 static void reset_if_shut(struct wsd_sock *s);
+static void arm_data(struct wsd_sock *s, bool self);
 
 /* tx_lock held: move this direction to the ring if the peer is ready. */
 static bool tx_switch(struct wsd_sock *s)
@@ -648,8 +649,24 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		if (peek && h->type == REC_ZC)
 			break;
 	}
-	if (!peek && done)
+	if (!peek && done) {
 		report(s, false);
+		/*
+		 * Ran dry: read the doorbells now, or the kernel fd stays readable
+		 * with nothing to read (a nested epoll set would report it).
+		 */
+		if (!rec_at(ss, ss->rx_pos) && s->ep_items) {
+			/* in an epoll set (maybe nested): stay armed for the next arrival */
+			arm_data(s, false);
+		} else if (!rec_at(ss, ss->rx_pos) && ss->data_gen != ss->drained_gen) {
+			pthread_mutex_lock(&s->mu);
+			if (!s->sleepers) {
+				drain(s);
+				ss->drained_gen = ss->data_gen;
+			}
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
 	if (done)
 		return (ssize_t)done;
 	if (!s->tcp_err && !s->tcp_eof && atomic_load(&ss->ctl->closed) == 2) {
@@ -1322,6 +1339,37 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 	    s->tcp_err || atomic_load(&s->sess->ctl->closed) == 2)
 		r |= POLLHUP;
 	return r & (events | POLLHUP | POLLERR);
+}
+
+uint64_t wsd_sock_rx_mark(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t pos;
+	struct wsd_rec *h;
+
+	if (!ss || s->rx_mode != DIR_RING)
+		return 0;
+	for (pos = ss->rx_pos; (h = rec_at(ss, pos)); )
+		pos += h->type == REC_PAD ? h->len : rec_size(h->len);
+	return pos;
+}
+
+void wsd_sock_arm(struct wsd_sock *s, short events)
+{
+	struct wsd_session *ss = s->sess;
+
+	if (!ss)
+		return;
+	if ((events & POLLIN) && s->rx_ready_sent) {
+		pthread_mutex_lock(&s->rx_lock);
+		arm_data(s, false);
+		pthread_mutex_unlock(&s->rx_lock);
+	}
+	if ((events & POLLOUT) && s->tx_mode == DIR_RING) {
+		pthread_mutex_lock(&s->tx_lock);
+		put_word(ss, W_TX, CTL_OFF(space_arm), ++ss->space_gen);
+		pthread_mutex_unlock(&s->tx_lock);
+	}
 }
 
 /* Bytes a receive could return now (FIONREAD), or -1 to ask the kernel. */

@@ -96,6 +96,7 @@ struct wsd_session {
 	uint32_t rx_off;
 	uint64_t rx_reported;
 	uint64_t data_gen, rung_space;
+	uint64_t drained_gen;        /* data_gen when bells were last read dry */
 	uint64_t zc_finished;
 };
 

@@ -212,6 +212,15 @@ ssize_t wsd_sock_recv(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
  */
 short wsd_sock_revents(struct wsd_sock *s, short events, short kernel_revents, bool arm);
 
+/*
+ * Edge-triggered epoll's view: where the ring's complete data ends (moves
+ * on each arrival; 0 while the kernel stream carries the data and makes its
+ * own edges), and a request for doorbells on the next arrival or room even
+ * when the socket is ready now.
+ */
+uint64_t wsd_sock_rx_mark(struct wsd_sock *s);
+void wsd_sock_arm(struct wsd_sock *s, short events);
+
 /* FIONREAD of an accelerated socket, or -1 when the kernel's answer holds. */
 long wsd_sock_nread(struct wsd_sock *s);
 
