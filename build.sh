@@ -37,6 +37,7 @@ demo)
 	install_missing
 	build
 	./wsd/wsd demo
+	./wsd/demo-iperf3.sh
 	;;
 check)
 	install_missing
