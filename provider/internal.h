@@ -248,6 +248,7 @@ WSD_HIDDEN long wsd_param_long(const char *name);
 WSD_HIDDEN const char *wsd_param_str(const char *name);
 WSD_HIDDEN int64_t wsd_spin_ns(void);
 /* A line to stderr when WSD_DEBUG is set. */
+WSD_HIDDEN void wsd_cq_quiet(struct nd_cq *cq);
 WSD_HIDDEN void wsd_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

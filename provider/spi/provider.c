@@ -572,6 +572,8 @@ static void *completion_thread(void *arg)
 			s->armed = s->cq && needs_thread(s);   /* closed meanwhile: no CQ */
 			if (s->armed)
 				nd_cq_notify(s->cq, ND_CQ_NOTIFY_ANY);
+			else if (s->cq)
+				wsd_cq_quiet(s->cq);   /* or its fd stays readable: a busy thread */
 		}
 		pthread_mutex_unlock(&pv->lock);
 		for (unsigned i = 0; i < n; i++)
