@@ -1270,12 +1270,27 @@ static void arm_nested(struct epset *set)
 	for (unsigned i = 0; i < n; i++) {
 		struct ep_link *l;
 
+		bool ready = false;
+
 		pthread_mutex_lock(&inner[i]->mu);
 		for (l = inner[i]->accel.next; l != &inner[i]->accel; l = l->next) {
 			struct wsd_epitem *it = item_of(l);
+			short want = (short)(it->events & POLL_BITS);
 
-			if (!it->disabled)
-				wsd_sock_arm(it->sock, (short)(it->events & POLL_BITS));
+			if (it->disabled)
+				continue;
+			wsd_sock_arm(it->sock, want);
+			ready |= accel_revents(it->sock, want, 0, false) != 0;
+		}
+		/*
+		 * The inner set's wake-up fd keeps it readable for level-triggered
+		 * readiness that may remain; when none does, the outer set must
+		 * not see it ready (its sockets' own doorbells still count).
+		 */
+		if (!ready && inner[i]->efd >= 0) {
+			uint64_t v;
+
+			(void)real.read(inner[i]->efd, &v, sizeof(v));
 		}
 		pthread_mutex_unlock(&inner[i]->mu);
 		set_put(inner[i]);

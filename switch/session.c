@@ -787,8 +787,13 @@ static void arm_data(struct wsd_sock *s, bool self)
 {
 	struct wsd_session *ss = s->sess;
 
+	/*
+	 * Drop old bells only while the ring is empty: with data waiting, the
+	 * fd's readability is true, and an epoll set holding it (perhaps inside
+	 * another set) must keep seeing it.
+	 */
 	pthread_mutex_lock(&s->mu);
-	if (s->sleepers == (self ? 1 : 0))
+	if (s->sleepers == (self ? 1 : 0) && !(s->rx_mode == DIR_RING && rec_at(ss, ss->rx_pos)))
 		drain(s);
 	pthread_mutex_unlock(&s->mu);
 	/* a sender short of room may be asleep too: give it all we took */
