@@ -14,6 +14,37 @@
 
 #include "wsd/cmd.h"
 
+#ifdef WSD_SANITIZERS
+#include <link.h>
+
+static int find_asan(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	if (info->dlpi_name && strstr(info->dlpi_name, "/libasan.so")) {
+		*(const char **)data = info->dlpi_name;
+		return 1;
+	}
+	return 0;
+}
+#endif
+
+/*
+ * A sanitizer build's libwsd.so needs the sanitizer runtime loaded before
+ * anything else, or its interceptors and ours meet uninitialised: preload
+ * the runtime this command itself runs with, first.  NULL otherwise.
+ */
+static const char *sanitizer_runtime(void)
+{
+#ifdef WSD_SANITIZERS
+	const char *path = NULL;
+
+	dl_iterate_phdr(find_asan, &path);
+	return path;
+#else
+	return NULL;
+#endif
+}
+
 #ifndef WSD_LIBDIR
 #define WSD_LIBDIR "/usr/local/lib"
 #endif
@@ -137,15 +168,15 @@ int cmd_run(int argc, char **argv)
 				"LD_PRELOAD for it, so it runs without wsd\n", prog);
 	/* ahead of whatever the environment already preloads */
 	old = getenv("LD_PRELOAD");
-	if (old && *old) {
-		size_t n = strlen(lib) + strlen(old) + 2;
+	{
+		const char *first = sanitizer_runtime();
+		size_t n = strlen(lib) + (old ? strlen(old) : 0) + (first ? strlen(first) : 0) + 3;
 
 		preload = malloc(n);
 		if (!preload)
 			return 1;
-		snprintf(preload, n, "%s:%s", lib, old);
-	} else {
-		preload = strdup(lib);
+		snprintf(preload, n, "%s%s%s%s%s", first ? first : "", first ? ":" : "", lib,
+			 old && *old ? ":" : "", old && *old ? old : "");
 	}
 	if (!preload || setenv("LD_PRELOAD", preload, 1) < 0)
 		return 1;
