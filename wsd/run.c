@@ -4,6 +4,7 @@
  * parameters the options give.  A setuid or setgid program is named, not
  * silently left slow: the loader ignores LD_PRELOAD for it.
  */
+#define _GNU_SOURCE   /* dl_iterate_phdr, in a sanitizer build */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
