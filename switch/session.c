@@ -734,6 +734,8 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 				s->tcp_rx += (uint64_t)n;
 				wsd_stat_add(s->stat, &s->stat->tcp_rx, (uint64_t)n);
 			}
+			if (n > 0)
+				cur_skip(c, (size_t)n);   /* as the ring's copies do */
 			return n;
 		}
 		/* TCP: the peer may switch at any moment; bytes past N are bells */
@@ -756,6 +758,8 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 			s->tcp_rx += (uint64_t)n;
 			wsd_stat_add(s->stat, &s->stat->tcp_rx, (uint64_t)n);
 		}
+		if (n > 0)
+			cur_skip(c, (size_t)n);
 		return n;
 	}
 }
@@ -970,6 +974,8 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 				s->tcp_rx += (uint64_t)n;
 				wsd_stat_add(s->stat, &s->stat->tcp_rx, (uint64_t)n);
 			}
+			if (n > 0)
+				cur_skip(c, (size_t)n);   /* MSG_WAITALL goes on after it */
 		}
 		pthread_mutex_lock(&s->mu);
 		s->plain_waiters--;
