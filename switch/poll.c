@@ -703,6 +703,27 @@ static struct epset *set_get(int fd)
 	return set;
 }
 
+/*
+ * fork, in the child: threads of the parent may have held these (one asleep
+ * in epoll_wait holds nothing, but one inside epoll_ctl does).
+ */
+void wsd_poll_atfork_child(void)
+{
+	pthread_rwlock_init(&map_lock, NULL);
+	for (unsigned p = 0; p < MAP_PAGES; p++) {
+		if (!map[p])
+			continue;
+		for (unsigned i = 0; i < (1u << MAP_SHIFT); i++) {
+			struct epset *set = map[p][i];
+
+			if (set) {
+				pthread_mutex_init(&set->mu, NULL);
+				pthread_mutex_init(&set->rq_mu, NULL);
+			}
+		}
+	}
+}
+
 /* fd names set (the caller's reference passes to the map). */
 static int map_put(int fd, struct epset *set)
 {

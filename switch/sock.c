@@ -362,6 +362,7 @@ static void before_fork(void)
 static void in_child(void)
 {
 	wsd_fd_atfork_child();
+	wsd_poll_atfork_child();
 	wsd_stat_atfork_child();
 	wsd_upgrade_atfork_child();
 }

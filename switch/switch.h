@@ -244,6 +244,8 @@ void wsd_poll_sock_gone(struct wsd_sock *s);
 void wsd_poll_fd_closed(int fd);
 /* newfd now names what oldfd names (dup*, F_DUPFD*): an epoll set too. */
 void wsd_poll_fd_dup(int oldfd, int newfd);
+/* fork, in the child: the shadow's locks may have been held by a lost thread. */
+void wsd_poll_atfork_child(void);
 
 /* ---- upgrade (upgrade.c) ----------------------------------------------------- */
 

@@ -604,6 +604,7 @@ static struct wsp_provider *instances;
 static void instances_atfork_child(void)
 {
 	pthread_rwlock_init(&instances_lock, NULL);
+	pthread_mutex_init(&handles_lock, NULL);
 	instances = NULL;
 }
 

@@ -19,13 +19,18 @@
 
 #define CHUNK (64 << 10)
 
-static int lport;
+/*
+ * The peers are forked before anything else, as a program with the
+ * switch's threads running should not fork while they may hold a lock
+ * (the sanitizer build's allocator deadlocks in such a child); they learn
+ * the port from the control channel.
+ */
 
 /* The victim: connect, warm up, then stream until killed. */
 static void victim(struct peer *self, void *arg)
 {
 	static char buf[CHUNK];
-	int fd = t_connect(AF_INET, lport);
+	int fd = t_connect(AF_INET, ctl_recv(self));
 
 	(void)arg;
 	warmup(fd, false);
@@ -38,10 +43,9 @@ static void victim(struct peer *self, void *arg)
 /* The other peer: connect, warm up, answer requests until the end. */
 static void other(struct peer *self, void *arg)
 {
-	int fd = t_connect(AF_INET, lport);
+	int fd = t_connect(AF_INET, ctl_recv(self));
 
 	(void)arg;
-	(void)self;
 	warmup(fd, false);
 	say("served %d requests", echo_serve(fd));
 	EXPECT(0, "close", close(fd));
@@ -52,16 +56,18 @@ int main(int argc, char **argv)
 {
 	static char buf[CHUNK];
 	struct peer v, o;
-	int lfd, a, b, ended = 0, failed = 0;
+	int lfd, a, b, port, ended = 0, failed = 0;
 	ssize_t n;
 
 	t_init(argc, argv);
 	signal(SIGPIPE, SIG_IGN);
-	lfd = t_listen(AF_INET, &lport);
 	peer_start(&v, "victim", victim, NULL);
+	peer_start(&o, "other", other, NULL);
+	lfd = t_listen(AF_INET, &port);
+	ctl_send(&v, port);
 	a = t_accept(lfd);
 	warmup(a, true);
-	peer_start(&o, "other", other, NULL);
+	ctl_send(&o, port);
 	b = t_accept(lfd);
 	warmup(b, true);
 
