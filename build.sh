@@ -55,8 +55,9 @@ asan)
 bench)
 	install_missing
 	build
-	make -j"$(nproc)" tests/bench_nd
+	make -j"$(nproc)" tests/bench_nd tests/sock/connrate
 	./tests/bench_nd
+	./tests/sock/connrate_bench.sh
 	;;
 *)
 	echo "usage: ./build.sh demo|check|asan|bench" >&2
