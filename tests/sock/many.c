@@ -138,6 +138,12 @@ int main(int argc, char **argv)
 	char buf[REQ], want[REQ];
 
 	t_init(argc, argv);
+	/*
+	 * 1,000 upgrades one after another (each a provider connection and two
+	 * rings): about 30 s alone, several times that beside the VM rig under
+	 * make -j; still bounded below run_pair.sh's 180 s.
+	 */
+	t_watchdog(170);
 	MUST(getrlimit(RLIMIT_NOFILE, &rl));
 	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 2100) {
 		fprintf(stderr, "SKIP: RLIMIT_NOFILE hard limit %llu < 2100: cannot hold %d "
