@@ -181,8 +181,13 @@ static void mw_revoke(struct shm_conn *c, struct nd_mw *mw)
 static int peer_alive(struct shm_conn *c)
 {
 	struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
+	int r;
 
-	return poll(&p, 1, 0) == 0;
+	/* a signal caught here (the caller's SIGALRM) says nothing of the peer */
+	do
+		r = poll(&p, 1, 0);
+	while (r < 0 && errno == EINTR);
+	return r == 0;
 }
 
 static void exec_rdma(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
