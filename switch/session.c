@@ -434,6 +434,21 @@ static bool fits(struct wsd_session *ss, uint32_t len, bool reserve)
 	return tx_room(ss) >= need + (reserve ? 0 : REC_RESERVE);
 }
 
+/*
+ * A record write failed: it may have landed in part or whole, so this
+ * direction's ring position is lost and the stream cannot go on (writing
+ * the next bytes at the same place could duplicate data).  The connection
+ * ends as a reset would end it.
+ */
+static int broken(struct wsd_sock *s, int r)
+{
+	s->tcp_err = true;
+	s->tcp_errno = ECONNRESET;
+	s->tx_shut = true;
+	wsd_debug("switch: fd %d: a record write failed (%d): connection reset", s->fd, r);
+	return r;
+}
+
 /* tx_lock held, fits() checked.  Payload from c (len bytes) or inline. */
 static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t len,
 			const void *inline_payload)
@@ -452,7 +467,7 @@ static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uin
 		h->stamp = ss->tx_pos ^ ss->tx_key;
 		r = rdma_write(ss, h, REC_HDR, ss->stage_handle, CTL_SIZE + off);
 		if (r)
-			return r;
+			return broken(s, r);
 		ss->tx_pos += pad;
 		off = 0;
 	}
@@ -467,7 +482,7 @@ static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uin
 	*(uint64_t *)(ss->stage + size - REC_TRAILER) = ss->tx_pos ^ ss->tx_key;
 	r = rdma_write(ss, ss->stage, size, ss->stage_handle, CTL_SIZE + off);
 	if (r)
-		return r;
+		return broken(s, r);
 	ss->tx_pos += size;
 	return 0;
 }
