@@ -159,7 +159,9 @@ static struct sockaddr_in next_addr(void)
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 
-	sa.sin_port = htons((uint16_t)(40000 + (getpid() * 16 + port_seq++) % 20000));
+	/* above the kernel's ephemeral ports (32768-60999 by default), which
+	 * other programs' connections may hold at any moment */
+	sa.sin_port = htons((uint16_t)(61000 + (getpid() * 16 + port_seq++) % 4500));
 	return sa;
 }
 
