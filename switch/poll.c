@@ -493,6 +493,7 @@ struct epset {
 	int efd;                       /* wakes the waiters; -1 until a socket joins */
 	_Atomic int waiters;           /* threads asleep in the kernel on the set */
 	_Atomic bool nested;           /* in another epoll set: keep its fd's readiness true */
+	_Atomic bool has_inner;        /* an epoll set was added to it (arm_nested looks) */
 	/* sockets accelerated since the last look (tokens); rq_mu is innermost */
 	pthread_mutex_t rq_mu;
 	uint64_t *rq;
@@ -1084,6 +1085,7 @@ static int ep_ctl(struct epset *set, int epfd, int op, int fd, struct epoll_even
 		struct ep_link *l;
 
 		atomic_store(&inner->nested, true);
+		atomic_store(&set->has_inner, true);
 		/* the outer set's sleep must hear of the inner sockets' data */
 		pthread_mutex_lock(&inner->mu);
 		for (l = inner->accel.next; l != &inner->accel; l = l->next)
@@ -1282,6 +1284,9 @@ static void arm_nested(struct epset *set)
 	struct epset *inner[16];
 	unsigned n = 0;
 
+	/* most sets hold sockets only: no walk over them before every sleep */
+	if (!atomic_load(&set->has_inner))
+		return;
 	pthread_mutex_lock(&set->mu);
 	for (unsigned b = 0; set->hash && b <= set->hmask && n < 16; b++)
 		for (struct wsd_epitem *it = set->hash[b]; it && n < 16; it = it->h_next)

@@ -731,10 +731,7 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	for (;;) {
 		check_switch(s);
 		if (s->rx_mode == DIR_RING) {
-			n = rx_ring(s, c, flags);
-			if (n > 0)
-				cur_skip(c, 0);
-			return n;
+			return rx_ring(s, c, flags);
 		}
 		if (s->rx_mode == DIR_DRAIN) {
 			uint64_t left = s->rx_switch_at - s->tcp_rx;
@@ -1547,8 +1544,6 @@ const char *wsd_switch_path(int fd)
 
 	if (!s)
 		return NULL;
-	wsd_debug("switch: fd %d path? accel %d tx %d rx %d ready %d sess %p", fd, s->accel,
-		  s->tx_mode, s->rx_mode, s->rx_ready_sent, (void *)s->sess);
 	if (wsd_sock_accel(s) && (s->tx_mode == DIR_RING || s->rx_mode == DIR_RING))
 		p = s->sess->path == PATH_VERBS ? "verbs" : "shm";
 	else

@@ -273,7 +273,7 @@ struct wsd_switch_params {
 	uint32_t ring_size;          /* WSD_SWITCH_RING */
 	uint64_t upgrade_bytes;      /* WSD_UPGRADE_BYTES */
 	uint64_t upgrade_ns;         /* WSD_UPGRADE_US */
-	uint32_t zcopy_threshold;    /* WSD_ZCOPY_THRESHOLD (0: the provider's) */
+	uint32_t zcopy_threshold;    /* WSD_ZCOPY_THRESHOLD (0 in the variable: never) */
 };
 
 const struct wsd_switch_params *wsd_switch_params(void);
