@@ -150,6 +150,7 @@ struct wsd_sock *wsd_sock_new(int fd, int family)
 	s->fd = fd;
 	s->family = family;
 	s->created_ns = now_ns();
+	s->pre_fd = -1;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->tx_lock, NULL);
 	pthread_mutex_init(&s->rx_lock, NULL);
@@ -173,6 +174,10 @@ void wsd_sock_put(struct wsd_sock *s)
 		return;
 	if (s->sess)
 		wsd_session_free(s->sess);
+	if (s->pre)
+		wsd_prefix_close(s->pre);
+	if (s->pre_fd >= 0)
+		real.close(s->pre_fd);
 	wsd_stat_free(s->stat);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->tx_lock);

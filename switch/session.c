@@ -257,7 +257,7 @@ static void set_stat_path(struct wsd_sock *s)
 /* mu held.  From now on the peer may switch its direction to the ring. */
 static void publish_rx_ready(struct wsd_sock *s)
 {
-	if (s->rx_ready_sent || !s->sess || s->plain_waiters || s->detached)
+	if (s->rx_ready_sent || !s->sess || s->plain_waiters || s->detached || s->rx_back)
 		return;
 	/*
 	 * Armed first: a poll or epoll already asleep on the fd started while
@@ -311,12 +311,15 @@ bool wsd_sock_accel(struct wsd_sock *s)
 
 /* ---- doorbells --------------------------------------------------------------- */
 
+/* tx_lock held (BACK counts every bell we put on the stream). */
 static void doorbell(struct wsd_sock *s)
 {
 	static const char bell = 0;
 
-	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
+	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {
+		s->sess->bells_tx++;
 		wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
+	}
 }
 
 /* tx_lock held: the peer waits for data, so make its fd readable. */
@@ -346,7 +349,7 @@ static bool tx_switch(struct wsd_sock *s)
 
 	if (s->tx_mode == DIR_RING)
 		return true;
-	if (!ss || s->tx_shut || s->detached ||
+	if (!ss || s->tx_shut || s->detached || s->tx_back ||
 	    !atomic_load_explicit(&ss->ctl->rx_ready, memory_order_acquire))
 		return false;
 	n = s->tcp_tx;
@@ -379,17 +382,44 @@ static void ring_space(struct wsd_sock *s)
 	pthread_mutex_unlock(&s->tx_lock);
 }
 
-/* mu held, no other sleeper: read doorbells (ring mode only: they are not data). */
+/*
+ * mu held, no other sleeper: read doorbells (ring mode only: they are not
+ * data).  Once the peer went back to the stream (back_bells), its bytes
+ * after its last bell are data: look first (MSG_PEEK), then take no more
+ * than its count.  The peer sets back_bells before it sends data, so bytes
+ * seen before back_bells was read as unset are all bells.
+ */
 static void drain(struct wsd_sock *s)
 {
+	struct wsd_session *ss = s->sess;
 	char buf[256];
 	ssize_t n;
 
 	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err)
 		return;
 	for (;;) {
-		n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		uint64_t lim = atomic_load_explicit(&ss->ctl->back_bells, memory_order_acquire);
+		size_t want = sizeof(buf);
+
+		if (!lim) {
+			n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
+			if (n > 0) {
+				want = (size_t)n;
+				lim = atomic_load_explicit(&ss->ctl->back_bells,
+							   memory_order_acquire);
+			}
+		}
+		if (lim) {
+			uint64_t left = lim - 1 > ss->bells_rx ? lim - 1 - ss->bells_rx : 0;
+
+			if (left < want)
+				want = (size_t)left;
+			if (!want)
+				return;
+		}
+		n = real.recv(s->fd, buf, want, MSG_DONTWAIT);
 		if (n > 0) {
+			ss->bells_rx += (uint64_t)n;
 			wsd_stat_add(s->stat, &s->stat->doorbells_rx, (uint64_t)n);
 			continue;
 		}
@@ -535,7 +565,7 @@ static void check_switch(struct wsd_sock *s)
 	struct wsd_session *ss = s->sess;
 	struct wsd_rec *h;
 
-	if (!ss || s->rx_mode != DIR_TCP)
+	if (!ss || s->rx_mode != DIR_TCP || s->rx_back)
 		return;
 	h = rec_at(ss, ss->rx_pos);
 	if (!h || h->type != REC_SWITCH)
@@ -546,6 +576,227 @@ static void check_switch(struct wsd_sock *s)
 	s->rx_mode = s->tcp_rx >= s->rx_switch_at ? DIR_RING : DIR_DRAIN;
 	wsd_debug("switch: fd %d receives by ring after %llu stream bytes", s->fd,
 		  (unsigned long long)s->rx_switch_at);
+}
+
+/* ---- back to the stream (BACK) -------------------------------------------------- */
+
+/*
+ * A direction goes back for good when its process forks or execs (or the
+ * peer's does and asks): see wsd_sock_downgrade() and wsd-protocol(7).
+ * Once both have, the socket is plain TCP again, but for a prefix still to
+ * read, which poll must count (so it stays "accelerated" until then).
+ */
+static void set_back(struct wsd_sock *s, bool rx)
+{
+	bool was, now;
+
+	pthread_mutex_lock(&s->mu);
+	if (rx)
+		s->rx_back = true;
+	else
+		s->tx_back = true;
+	if (!s->rx_back || !s->tx_back) {
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	was = s->accel;
+	s->rx_ready_sent = false;
+	s->accel = wsd_prefix_has_data(s->pre);
+	now = s->accel;
+	s->no_upgrade = true;
+	s->why_not = R_BACK;
+	pthread_mutex_unlock(&s->mu);
+	wsd_stat_begin(s->stat);
+	s->stat->path = PATH_TCP;
+	s->stat->reason = R_BACK;
+	wsd_stat_end(s->stat);
+	if (was != now)
+		wsd_poll_sock_accelerated(s);
+	wsd_debug("switch: fd %d is back on the stream both ways", s->fd);
+}
+
+/* The prefix ran out: the socket's readiness is the kernel's alone now. */
+static void pre_spent(struct wsd_sock *s)
+{
+	bool was;
+
+	pthread_mutex_lock(&s->mu);
+	was = s->accel;
+	if (s->rx_back && s->tx_back)
+		s->accel = false;
+	pthread_mutex_unlock(&s->mu);
+	if (was && !s->accel)
+		wsd_poll_sock_accelerated(s);
+}
+
+/* tx_lock held: one doorbell that must go (BACK counts it), waiting if need be. */
+static void force_bell(struct wsd_sock *s)
+{
+	static const char bell = 0;
+
+	for (int i = 0; i < 100; i++) {
+		struct pollfd p = { .fd = s->fd, .events = POLLOUT };
+
+		if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {
+			s->sess->bells_tx++;
+			wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
+			return;
+		}
+		if (errno != EAGAIN && errno != EINTR)
+			return;
+		real.poll(&p, 1, TICK_MS);
+	}
+}
+
+/*
+ * tx_lock held: this direction goes back to the stream.  The count of our
+ * bells goes first (back_bells: the peer's drain never takes a byte past
+ * it), then the BACK record after our last ring data, then one more bell
+ * to wake the peer; from then on the stream carries our data.  0, -EAGAIN
+ * while the peer's ring has no room for the record, or -errno.
+ */
+static int go_back(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	bool bell = s->tx_mode == DIR_RING && !s->kernel_fin;
+	uint64_t bells;
+	int r;
+
+	if (s->tx_back)
+		return 0;
+	if (!ss)
+		return -EINVAL;
+	if (!fits(ss, sizeof(bells), true))
+		return -EAGAIN;
+	bells = ss->bells_tx + (bell ? 1 : 0);
+	r = put_word(ss, W_TX, CTL_OFF(back_bells), bells + 1);
+	if (!r)
+		r = write_record(s, REC_BACK, NULL, sizeof(bells), &bells);
+	if (r)
+		return r;
+	if (bell)
+		force_bell(s);
+	if (s->tx_mode == DIR_RING && s->tx_shut && !s->kernel_fin) {
+		/* our FIN went by ring: the stream must carry it now */
+		s->kernel_fin = true;
+		real.shutdown(s->fd, SHUT_WR);
+	}
+	s->tx_mode = DIR_TCP;
+	set_back(s, false);
+	wsd_debug("switch: fd %d sends by the stream again after %llu bells", s->fd,
+		  (unsigned long long)bells);
+	return 0;
+}
+
+/* tx_lock held: the peer asked us back to the stream (it forks or execs). */
+static bool serve_back(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+
+	if (!ss || s->tx_back || s->detached ||
+	    !atomic_load_explicit(&ss->ctl->back_req, memory_order_acquire))
+		return false;
+	return go_back(s) == 0;
+}
+
+/* Not holding tx_lock: as serve_back. */
+static void serve_back_unlocked(struct wsd_sock *s)
+{
+	if (!s->sess || s->tx_back ||
+	    !atomic_load_explicit(&s->sess->ctl->back_req, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&s->tx_lock);
+	serve_back(s);
+	pthread_mutex_unlock(&s->tx_lock);
+}
+
+/*
+ * rx_lock held: the peer's BACK at the head (after its FIN, perhaps) moves
+ * rx to the stream for good; the peer's bells still on it are skipped first.
+ */
+static void check_back(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t pos, lim;
+	struct wsd_rec *h;
+
+	if (!ss || s->rx_back || s->rx_mode == DIR_DRAIN)
+		return;
+	for (pos = ss->rx_pos; (h = rec_at(ss, pos)) && h->type != REC_BACK;
+	     pos += h->type == REC_PAD ? h->len : rec_size(h->len))
+		if (h->type != REC_PAD && h->type != REC_FIN)
+			return;
+	lim = atomic_load_explicit(&ss->ctl->back_bells, memory_order_acquire);
+	if (!h || !lim)
+		return;
+	ss->rx_pos = pos + rec_size(h->len);
+	ss->rx_off = 0;
+	pthread_mutex_lock(&s->mu);
+	s->rx_skip = lim - 1 > ss->bells_rx ? lim - 1 - ss->bells_rx : 0;
+	pthread_mutex_unlock(&s->mu);
+	s->rx_mode = DIR_TCP;
+	s->peer_fin = false;        /* the stream carries the peer's FIN now */
+	s->tcp_eof = false;
+	wsd_debug("switch: fd %d receives by the stream again (%llu bells to skip)", s->fd,
+		  (unsigned long long)s->rx_skip);
+	set_back(s, true);
+}
+
+/* Skip up to *left bells on the stream without waiting: -EAGAIN while some are on their way. */
+static int skip_bells(struct wsd_sock *s, uint64_t *left)
+{
+	char junk[256];
+
+	while (*left) {
+		ssize_t n = real.recv(s->fd, junk, *left < sizeof(junk) ? *left : sizeof(junk),
+				      MSG_DONTWAIT);
+
+		if (n > 0) {
+			*left -= (uint64_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return -EAGAIN;
+		*left = 0;          /* the stream ended or failed: its reads will say so */
+	}
+	return 0;
+}
+
+/*
+ * rx_lock held: what the socket owes before its stream's bytes: the prefix,
+ * then the peer's bells still on the stream.  Bytes, -EAGAIN while a bell
+ * is on its way, or 0: read the stream.
+ */
+static ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags)
+{
+	struct wsd_prefix *p = s->pre;
+
+	if (p && !atomic_load_explicit(&p->done, memory_order_acquire)) {
+		int r;
+
+		wsd_prefix_lock(p);
+		if (p->off < p->len) {
+			size_t k = p->len - p->off;
+
+			if (k > cur_left(c))
+				k = cur_left(c);
+			cur_copy_to(c, p->data + p->off, k);
+			if (!(flags & MSG_PEEK))
+				p->off += k;
+			wsd_prefix_unlock(p);
+			return (ssize_t)k;
+		}
+		r = skip_bells(s, &p->skip);
+		if (!r)
+			atomic_store_explicit(&p->done, 1, memory_order_release);
+		wsd_prefix_unlock(p);
+		if (r)
+			return r;
+		pre_spent(s);
+	}
+	if (s->rx_skip && s->rx_back)
+		return skip_bells(s, &s->rx_skip);
+	return 0;
 }
 
 /* ---- receive ----------------------------------------------------------------- */
@@ -614,6 +865,8 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 				consume(s, h);
 			continue;
 		}
+		if (h->type == REC_BACK)
+			break;        /* check_back moves on once its count is there */
 		if (h->type == REC_FIN) {
 			if (!done) {
 				s->peer_fin = true;
@@ -728,8 +981,24 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	size_t want = cur_left(c);
 	ssize_t n;
 
+	/*
+	 * Every look at the ring looks for the peer's BACK request too: the bell
+	 * that came with it may have been read by the drain before a sleep.
+	 */
+	serve_back_unlocked(s);
+	if (s->pre || s->rx_skip) {
+		n = pre_recv(s, c, flags);
+		if (n)
+			return n;
+	}
 	for (;;) {
 		check_switch(s);
+		check_back(s);
+		if (s->rx_back && s->rx_skip) {
+			n = pre_recv(s, c, flags);
+			if (n)
+				return n;
+		}
 		if (s->rx_mode == DIR_RING) {
 			return rx_ring(s, c, flags);
 		}
@@ -964,6 +1233,27 @@ static bool spin_for_room(struct wsd_sock *s, uint32_t len, bool zc)
 	return false;
 }
 
+/*
+ * A plain socket's prefix (after BACK): its bytes, 0 when spent, or -errno.
+ * A blocking caller waits for a bell still on its way as for data, in the
+ * kernel (SO_RCVTIMEO and signals as a plain read).
+ */
+static ssize_t pre_owed(struct wsd_sock *s, struct cursor *c, int flags, bool nonblock)
+{
+	for (;;) {
+		ssize_t n;
+		char b;
+
+		pthread_mutex_lock(&s->rx_lock);
+		n = pre_recv(s, c, flags);
+		pthread_mutex_unlock(&s->rx_lock);
+		if (n != -EAGAIN || nonblock)
+			return n;
+		if (real.recv(s->fd, &b, 1, MSG_PEEK) < 0)
+			return -errno;
+	}
+}
+
 /* One receive without MSG_WAITALL. */
 static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool nonblock)
 {
@@ -980,6 +1270,8 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 
 		if (s->detached) {
 			n = -ECONNRESET;
+		} else if ((s->pre || s->rx_skip) && (n = pre_owed(s, c, flags, nonblock)) != 0) {
+			/* the prefix's bytes, or its error */
 		} else {
 			n = kernel_recv(s, c, cur_left(c), flags & ~MSG_WAITALL);
 			if (n > 0 && !(flags & MSG_PEEK)) {
@@ -999,6 +1291,7 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	}
 	for (;;) {
 		pthread_mutex_lock(&s->rx_lock);
+		serve_back_unlocked(s);
 		reset_if_shut(s);
 		if (s->tcp_err && s->rx_shut) {
 			s->tcp_err = false;
@@ -1073,7 +1366,10 @@ static ssize_t epipe(int flags)
 	return -EPIPE;
 }
 
-/* tx_lock held on entry and exit (dropped while sleeping): wait for room. */
+/*
+ * tx_lock held on entry and exit (dropped while sleeping): wait for room.
+ * 0, 1 when this direction went back to the stream instead, or -errno.
+ */
 static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wait)
 {
 	struct wsd_session *ss = s->sess;
@@ -1081,6 +1377,9 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 	int r;
 
 	for (;;) {
+		/* the peer forks or execs: the rest goes by the stream */
+		if (serve_back(s) && !zc_wait)
+			return 1;
 		if (zc_wait ? atomic_load_explicit(&ss->ctl->zc_done, memory_order_acquire) >=
 			      ss->zc_sent : fits(ss, len, false))
 			return 0;
@@ -1123,6 +1422,11 @@ static ssize_t send_zc(struct wsd_sock *s, const void *buf, size_t len)
 				       &dlen, &err))
 		return -wsa_errno(err);
 	r = wait_room(s, sizeof(z), false, false);
+	if (r == 1) {
+		/* back to the stream: the caller sends it there */
+		t->lpWSPDeregisterRdmaMemory(ss->ws, z.desc, dlen, &err);
+		return 0;
+	}
 	if (!r)
 		r = write_record(s, REC_ZC, NULL, sizeof(z), &z);
 	if (!r) {
@@ -1173,6 +1477,8 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	if (!nonblock && want >= p->zcopy_threshold && c->n - c->i == 1 && want <= (1u << 30)) {
 		ssize_t n = send_zc(s, (const uint8_t *)c->iov[c->i].iov_base + c->off, want);
 
+		if (n > 0)
+			cur_skip(c, (size_t)n);
 		return n == -EPIPE ? epipe(flags) : n;
 	}
 	while (done < want) {
@@ -1204,7 +1510,7 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		wsd_stat_add(s->stat, &s->stat->copy_tx, len);
 		ring_data(s);
 	}
-	if (done)
+	if (done || r == 1)
 		return (ssize_t)done;
 	if (r == -EAGAIN) {
 		ss->tx_full = true;
@@ -1213,6 +1519,28 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	if (r == -EPIPE)
 		return epipe(flags);
 	return r;
+}
+
+/* tx_lock held: the rest of c by the kernel stream, counted. */
+static ssize_t kernel_send(struct wsd_sock *s, struct cursor *c, int flags)
+{
+	struct iovec v[64];
+	struct msghdr m = { .msg_iov = v };
+	struct cursor k = *c;
+	ssize_t n;
+
+	while (k.i < k.n && m.msg_iovlen < 64) {
+		v[m.msg_iovlen].iov_base = (uint8_t *)k.iov[k.i].iov_base + k.off;
+		v[m.msg_iovlen++].iov_len = k.iov[k.i].iov_len - k.off;
+		k.i++;
+		k.off = 0;
+	}
+	n = real.sendmsg(s->fd, &m, flags);
+	if (n < 0)
+		return -errno;
+	s->tcp_tx += (uint64_t)n;
+	wsd_stat_add(s->stat, &s->stat->tcp_tx, (uint64_t)n);
+	return n;
 }
 
 ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, int flags)
@@ -1224,20 +1552,19 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	wsd_upgrade_maybe(s);
 	cur_skip(&c, 0);
 	pthread_mutex_lock(&s->tx_lock);
+	serve_back(s);
 	if (s->detached) {
 		n = -ECONNRESET;
 	} else if (s->tx_mode == DIR_RING || tx_switch(s)) {
 		n = send_ring(s, &c, flags, nonblock);
-	} else {
-		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt };
+		if (n >= 0 && s->tx_back && cur_left(&c)) {
+			/* went back to the stream part way: the rest goes there */
+			ssize_t k = kernel_send(s, &c, flags);
 
-		n = real.sendmsg(s->fd, &m, flags);
-		if (n < 0)
-			n = -errno;
-		else {
-			s->tcp_tx += (uint64_t)n;
-			wsd_stat_add(s->stat, &s->stat->tcp_tx, (uint64_t)n);
+			n = k < 0 ? (n ? n : k) : n + k;
 		}
+	} else {
+		n = kernel_send(s, &c, flags);
 	}
 	pthread_mutex_unlock(&s->tx_lock);
 	return n;
@@ -1273,9 +1600,20 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 
 	reset_if_shut(s);
 
-	if (s->rx_shut || s->peer_fin || s->tcp_eof || s->tcp_err)
+	if (s->rx_shut || s->peer_fin || s->tcp_eof || s->tcp_err ||
+	    wsd_prefix_has_data(s->pre))
 		return true;
+	serve_back_unlocked(s);
 	check_switch(s);
+	check_back(s);
+	if (s->rx_back) {
+		/* bells not yet skipped make the fd readable with nothing to read */
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+
+		if (s->rx_skip && skip_bells(s, &s->rx_skip))
+			return false;
+		return real.poll(&p, 1, 0) == 1;
+	}
 	if (s->rx_mode == DIR_DRAIN && s->tcp_rx == s->rx_switch_at)
 		s->rx_mode = DIR_RING;
 	if (s->rx_mode != DIR_RING)
@@ -1313,8 +1651,20 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 	short r = 0;
 	bool in;
 
-	if (!s->sess)
-		return kernel & (events | POLLHUP | POLLERR);
+	if (!s->sess || (s->rx_back && s->tx_back)) {
+		/* plain again (BACK), with a prefix to count */
+		r = kernel;
+		if (wsd_prefix_has_data(s->pre))
+			r |= POLLIN;
+		if (events & POLLOUT) {
+			struct pollfd p = { .fd = s->fd, .events = POLLOUT };
+
+			if (real.poll(&p, 1, 0) == 1)
+				r |= p.revents & (POLLOUT | POLLERR | POLLHUP);
+		}
+		return r & (events | POLLHUP | POLLERR);
+	}
+	serve_back_unlocked(s);
 	pthread_mutex_lock(&s->rx_lock);
 	in = rx_readable(s, kernel);
 	if (!in && arm && (events & POLLIN) && s->rx_ready_sent) {
@@ -1402,6 +1752,15 @@ long wsd_sock_nread(struct wsd_sock *s)
 	long n = 0;
 	int k = 0;
 
+	if (wsd_prefix_has_data(s->pre) && (!ss || !s->rx_ready_sent)) {
+		int k = 0;
+
+		real.ioctl(s->fd, FIONREAD, &k);
+		wsd_prefix_lock(s->pre);
+		n = (long)(s->pre->len - s->pre->off) + k - (long)s->pre->skip;
+		wsd_prefix_unlock(s->pre);
+		return n;
+	}
 	if (!ss || !s->rx_ready_sent)
 		return -1;
 	pthread_mutex_lock(&s->rx_lock);
@@ -1513,7 +1872,7 @@ void wsd_sock_closed(struct wsd_sock *s)
 	struct linger l = { 0 };
 	socklen_t len = sizeof(l);
 
-	if (!ss || s->detached)
+	if (!ss || s->detached || s->tx_back)
 		return;
 	real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len);
 	if ((l.l_onoff && l.l_linger == 0) || (s->rx_ready_sent && wsd_sock_nread(s) > 0)) {
@@ -1535,6 +1894,162 @@ void wsd_sock_closed(struct wsd_sock *s)
 	linger(s);
 	put_word(ss, W_TX, CTL_OFF(closed), 1);
 	pthread_mutex_unlock(&s->tx_lock);
+}
+
+/* ---- fork and exec: back to the stream ------------------------------------------ */
+
+struct stash {
+	uint8_t *buf;
+	size_t len, cap;
+};
+
+static int stash_add(struct stash *st, const void *p, size_t n)
+{
+	if (st->len + n > st->cap) {
+		size_t cap = st->cap ? st->cap : 65536;
+		uint8_t *b;
+
+		while (cap < st->len + n)
+			cap *= 2;
+		if (!(b = realloc(st->buf, cap)))
+			return -ENOMEM;
+		st->buf = b;
+		st->cap = cap;
+	}
+	memcpy(st->buf + st->len, p, n);
+	st->len += n;
+	return 0;
+}
+
+/* rx_lock held: what is left to deliver first becomes the (shared) prefix. */
+static int set_prefix(struct wsd_sock *s, struct stash *st)
+{
+	struct wsd_prefix *p;
+	int fd;
+
+	if (!st->len && !s->rx_skip) {
+		if (s->pre && atomic_load(&s->pre->done)) {
+			wsd_prefix_close(s->pre);
+			real.close(s->pre_fd);
+			s->pre = NULL;
+			s->pre_fd = -1;
+		}
+		return 0;
+	}
+	p = wsd_prefix_new(st->buf, st->len, s->rx_skip, &fd);
+	if (!p)
+		return -ENOMEM;
+	if (s->pre) {
+		wsd_prefix_close(s->pre);
+		real.close(s->pre_fd);
+	}
+	s->pre = p;
+	s->pre_fd = fd;
+	s->rx_skip = 0;
+	return 0;
+}
+
+int wsd_sock_share_skip(struct wsd_sock *s)
+{
+	struct stash st = { 0 };
+	int r;
+
+	pthread_mutex_lock(&s->rx_lock);
+	r = s->rx_skip && !s->pre ? set_prefix(s, &st) : 0;
+	pthread_mutex_unlock(&s->rx_lock);
+	return r;
+}
+
+int wsd_sock_downgrade(struct wsd_sock *s, int ms)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t end = wsd_now_ms() + ms;
+	struct stash st = { 0 };
+	uint8_t *tmp;
+	int r = 0;
+
+	if (!ss || s->detached)
+		return -EINVAL;
+	if (!(tmp = malloc(65536)))
+		return -ENOMEM;
+	pthread_mutex_lock(&s->rx_lock);
+	if (!s->rx_ready_sent) {
+		/* the peer never sends by ring unless we say we are ready */
+		set_back(s, true);
+	} else if (!s->rx_back && !ss->back_asked) {
+		pthread_mutex_lock(&s->tx_lock);
+		if (!put_word(ss, W_TX, CTL_OFF(back_req), 1)) {
+			ss->back_asked = true;
+			/* wake the peer's switch: a bell, which only a ring sender may send */
+			if (tx_switch(s) && !s->tx_back)
+				force_bell(s);
+		}
+		pthread_mutex_unlock(&s->tx_lock);
+	}
+	/* everything the peer sent before its BACK, into the stash */
+	while (!s->rx_back) {
+		struct iovec v = { tmp, 65536 };
+		struct cursor c = { &v, 1, 0, 0 };
+		ssize_t n;
+
+		serve_back_unlocked(s);         /* the peer may be downgrading too */
+		n = rx_step(s, &c, 0);
+		if (n > 0) {
+			if ((r = stash_add(&st, tmp, (size_t)n)))
+				break;
+			continue;
+		}
+		if (n < 0 && n != -EAGAIN) {
+			r = (int)n;
+			break;
+		}
+		if (s->rx_back)
+			break;
+		if (wsd_now_ms() >= end) {
+			r = -ETIMEDOUT;
+			break;
+		}
+		arm_data(s, false);
+		if (!rec_at(ss, ss->rx_pos)) {
+			struct pollfd p = { .fd = s->fd, .events = POLLIN };
+
+			if (real.poll(&p, 1, 1) > 0)
+				sched_yield();   /* bells another sleeper owns, perhaps */
+		}
+	}
+	/* then our direction */
+	pthread_mutex_lock(&s->tx_lock);
+	while (!r && !s->tx_back && (r = go_back(s)) == -EAGAIN && wsd_now_ms() < end) {
+		pthread_mutex_unlock(&s->tx_lock);
+		report(s, true);
+		real.poll(NULL, 0, 1);
+		pthread_mutex_lock(&s->tx_lock);
+		r = 0;
+	}
+	/* our zero-copy sends (other threads') read before the pages go */
+	while (!r && atomic_load(&ss->ctl->zc_done) < ss->zc_sent && wsd_now_ms() < end) {
+		pthread_mutex_unlock(&s->tx_lock);
+		real.poll(NULL, 0, 1);
+		pthread_mutex_lock(&s->tx_lock);
+	}
+	pthread_mutex_unlock(&s->tx_lock);
+	/* the peer's bells before its BACK are on their way, or here */
+	while (!r && s->rx_skip && skip_bells(s, &s->rx_skip) == -EAGAIN && wsd_now_ms() < end) {
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+
+		real.poll(&p, 1, 1);
+	}
+	if (set_prefix(s, &st) && st.len)
+		r = -ENOMEM;    /* data we cannot keep: the connection cannot go on */
+	pthread_mutex_unlock(&s->rx_lock);
+	if (!r && (!s->rx_back || !s->tx_back))
+		r = -ETIMEDOUT;
+	if (!r)
+		set_back(s, true);      /* the prefix may need counting now */
+	free(st.buf);
+	free(tmp);
+	wsd_debug("switch: fd %d downgrade: %d (%zu bytes kept)", s->fd, r, st.len);
+	return r;
 }
 
 const char *wsd_switch_path(int fd)

@@ -37,12 +37,14 @@ struct wsd_ctl {
 	_Atomic uint64_t rx_ready;   /* the peer takes our data by ring from now */
 	_Atomic uint64_t zc_done;    /* our zero-copy records the peer finished */
 	_Atomic uint64_t closed;     /* the peer closed its socket */
-	uint64_t pad[2];
+	_Atomic uint64_t back_req;   /* the peer asks us to send by the stream again */
+	_Atomic uint64_t back_bells; /* the peer's doorbells on the stream + 1, once it
+					went back: its stream bytes after those are data */
 };
 
 #define CTL_SIZE 64u
 
-enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5 };
+enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5, REC_BACK = 6 };
 
 /* A record: header, payload padded to 16, trailer (not for PAD). */
 struct wsd_rec {
@@ -58,7 +60,7 @@ struct wsd_zc {
 
 #define REC_HDR 16u
 #define REC_TRAILER 16u
-#define REC_RESERVE 64u              /* kept free so a FIN always fits */
+#define REC_RESERVE 128u             /* kept free so a FIN and a BACK always fit */
 
 static inline uint32_t rec_size(uint32_t len)
 {
@@ -98,6 +100,10 @@ struct wsd_session {
 	uint64_t data_gen, rung_space;
 	uint64_t drained_gen;        /* data_gen when bells were last read dry */
 	uint64_t zc_finished;
+	/* doorbell bytes on the stream since the switch, each way (BACK counts them) */
+	uint64_t bells_tx;           /* tx_lock */
+	uint64_t bells_rx;           /* mu */
+	bool back_asked;             /* we wrote the peer's back_req */
 };
 
 /* Make a session on a connected SPI socket: our region registered. */

@@ -14,9 +14,11 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "provider/internal.h"
 #include "switch/switch.h"
 
 static bool is_tcp(int domain, int type, int protocol)
@@ -334,29 +336,94 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	return r;
 }
 
-/* ---- fork ------------------------------------------------------------------------ */
+/* ---- fork and exec ------------------------------------------------------------------ */
 
 /*
- * A socket the child inherits is held by two processes; the peer's data
- * must keep going where both can read it (the kernel stream), so neither
- * upgrades it later.  Close-on-exec sockets are left alone in the parent:
- * fork+exec helpers are the common case and lose nothing.
+ * A connection moved off the kernel stream lives in one process's memory:
+ * neither a fork child nor a new image could read what the peer puts in
+ * its ring.  So before fork and exec each upgraded socket the other image
+ * will hold goes back to the stream, byte-exact (wsd_sock_downgrade, BACK
+ * in wsd-protocol(7)); what had arrived unread is kept in a prefix that a
+ * fork shares and an exec passes on.  Close-on-exec sockets are left
+ * alone at fork: fork+exec helpers are the common case, and only a child
+ * that uses one before exec finds it detached.  A peer whose switch does
+ * not answer within BACK_MS leaves its connection as it was (the child's
+ * copy detached; for exec, shut).
  */
-static void mark_shared(int fd, struct wsd_sock *s, void *arg)
+#define BACK_MS 1000
+
+struct sock_list {
+	struct wsd_sock **socks;
+	size_t n, cap;
+};
+
+/* Under the fd table's lock: only note them (the work takes other locks). */
+static void list_add(struct sock_list *l, struct wsd_sock *s)
 {
-	(void)arg;
-	if (s->listening || s->sess)
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		struct wsd_sock **p = realloc(l->socks, cap * sizeof(*p));
+
+		if (!p)
+			return;
+		l->socks = p;
+		l->cap = cap;
+	}
+	wsd_sock_hold(s);
+	l->socks[l->n++] = s;
+}
+
+static void list_free(struct sock_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		wsd_sock_put(l->socks[i]);
+	free(l->socks);
+}
+
+static bool upgraded(const struct wsd_sock *s)
+{
+	return s->sess && !s->detached && !(s->rx_back && s->tx_back);
+}
+
+static void note_fork(int fd, struct wsd_sock *s, void *arg)
+{
+	int st;
+
+	if (s->listening || (real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
 		return;
-	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC)) {
+	/* held by two processes from now: the peer's data must stay where both read */
+	if (!s->no_upgrade) {
 		s->no_upgrade = true;
 		s->why_not = R_FORKED;
 	}
+	st = atomic_load(&s->upgrade_state);
+	if (upgraded(s) || st == UP_QUEUED || st == UP_RUNNING || s->rx_skip)
+		list_add(arg, s);
 }
 
 static void before_fork(void)
 {
-	if (wsd_fd_any())
-		wsd_fd_each(mark_shared, NULL);
+	struct sock_list l = { 0 };
+	int64_t end;
+
+	if (!wsd_fd_any())
+		return;
+	wsd_fd_each(note_fork, &l);
+	end = wsd_now_ms() + BACK_MS;
+	for (size_t i = 0; i < l.n; i++) {
+		struct wsd_sock *s = l.socks[i];
+		int st;
+
+		/* an upgrade under way finishes (or fails, seeing no_upgrade) first */
+		while (((st = atomic_load(&s->upgrade_state)) == UP_QUEUED || st == UP_RUNNING) &&
+		       wsd_now_ms() < end)
+			real.poll(NULL, 0, 1);
+		if (upgraded(s))
+			wsd_sock_downgrade(s, BACK_MS);
+		else if (s->rx_skip)
+			wsd_sock_share_skip(s);
+	}
+	list_free(&l);
 }
 
 static void in_child(void)
@@ -371,61 +438,66 @@ __attribute__((constructor)) static void switch_init(void)
 {
 	wsd_real_init();
 	pthread_atfork(before_fork, NULL, in_child);
+	wsd_prefix_inherit();
 }
 
-/* ---- exec ------------------------------------------------------------------------ */
+static void note_exec(int fd, struct wsd_sock *s, void *arg)
+{
+	(void)fd;
+	if (s->sess && !s->detached)
+		list_add(arg, s);
+}
 
 /*
- * A new image knows nothing of our sessions, and the peer must not write
- * into an address space that is about to be replaced.  Before exec every
- * session's provider connection is closed (its windows die with it), and an
- * upgraded socket the new image inherits is shut both ways: it reads as a
- * closed connection instead of the ring's doorbells (libwsd(7), BUGS).
+ * Before exec.  Every session's provider connection closes with the old
+ * image (the peer must not write into an address space being replaced);
+ * a socket the new image keeps goes back to the stream first, or if the
+ * peer does not answer, is shut both ways (it reads as closed).  Returns
+ * the WSD_INHERIT entry naming the prefixes to pass on, or NULL.
  */
-struct exec_list {
-	struct wsd_sock **socks;
-	size_t n, cap;
-};
-
-/* Under the fd table's lock: only note them (closing takes that lock too). */
-static void before_exec_one(int fd, struct wsd_sock *s, void *arg)
+static char *before_exec(void)
 {
-	struct exec_list *l = arg;
-
-	if (!s->sess || s->detached)
-		return;
-	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
-		real.shutdown(fd, SHUT_RDWR);
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		struct wsd_sock **p = realloc(l->socks, cap * sizeof(*p));
-
-		if (!p)
-			return;
-		l->socks = p;
-		l->cap = cap;
-	}
-	wsd_sock_hold(s);
-	l->socks[l->n++] = s;
-}
-
-static void before_exec(void)
-{
-	struct exec_list l = { 0 };
+	struct sock_list l = { 0 };
 
 	wsd_real_init();
 	if (!wsd_fd_any())
-		return;
-	wsd_fd_each(before_exec_one, &l);
+		return NULL;
+	wsd_fd_each(note_exec, &l);
 	for (size_t i = 0; i < l.n; i++) {
-		if (!l.socks[i]->detached) {
-			l.socks[i]->detached = true;
-			wsd_session_abandon(l.socks[i]->sess);
+		struct wsd_sock *s = l.socks[i];
+
+		if (real.fcntl(s->fd, F_GETFD) & FD_CLOEXEC || !upgraded(s) ||
+		    wsd_sock_downgrade(s, BACK_MS)) {
+			if (upgraded(s) && !(real.fcntl(s->fd, F_GETFD) & FD_CLOEXEC))
+				real.shutdown(s->fd, SHUT_RDWR);
+			s->detached = true;
 		}
-		wsd_sock_put(l.socks[i]);
+		wsd_session_abandon(s->sess);
 	}
-	free(l.socks);
+	list_free(&l);
+	return wsd_prefix_env();
 }
+
+/* envp with var (NAME=value) in place of any earlier NAME, or envp itself. */
+static char *const *with_var(char *const envp[], char *var)
+{
+	size_t n = 0, k = 0, name = strchr(var, '=') - var + 1;
+	char **e;
+
+	while (envp && envp[n])
+		n++;
+	e = malloc((n + 2) * sizeof(*e));
+	if (!e)
+		return envp;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(envp[i], var, name))
+			e[k++] = envp[i];
+	e[k++] = var;
+	e[k] = NULL;
+	return e;
+}
+
+extern char **environ;
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 
@@ -433,19 +505,28 @@ EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
 	static execve_fn next;
 
+	char *var;
+	int r;
+
 	if (!next)
 		next = (execve_fn)dlsym(RTLD_NEXT, "execve");
-	before_exec();
-	return next(path, argv, envp);
+	var = before_exec();
+	r = next(path, argv, var ? with_var(envp, var) : envp);
+	free(var);
+	return r;
 }
 
 EXPORT int execv(const char *path, char *const argv[])
 {
 	static int (*next)(const char *, char *const[]);
 
+	char *var;
+
 	if (!next)
 		next = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execv");
-	before_exec();
+	var = before_exec();
+	if (var)
+		return execve(path, argv, with_var(environ, var));
 	return next(path, argv);
 }
 
@@ -453,9 +534,13 @@ EXPORT int execvp(const char *file, char *const argv[])
 {
 	static int (*next)(const char *, char *const[]);
 
+	char *var;
+
 	if (!next)
 		next = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execvp");
-	before_exec();
+	var = before_exec();
+	if (var)
+		return execvpe(file, argv, with_var(environ, var));
 	return next(file, argv);
 }
 
@@ -463,20 +548,30 @@ EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
 	static execve_fn next;
 
+	char *var;
+	int r;
+
 	if (!next)
 		next = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
-	before_exec();
-	return next(file, argv, envp);
+	var = before_exec();
+	r = next(file, argv, var ? with_var(envp, var) : envp);
+	free(var);
+	return r;
 }
 
 EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	static int (*next)(int, char *const[], char *const[]);
 
+	char *var;
+	int r;
+
 	if (!next)
 		next = (int (*)(int, char *const[], char *const[]))dlsym(RTLD_NEXT, "fexecve");
-	before_exec();
-	return next(fd, argv, envp);
+	var = before_exec();
+	r = next(fd, argv, var ? with_var(envp, var) : envp);
+	free(var);
+	return r;
 }
 
 /* The execl family: gather the arguments, then as execve/execvp. */

@@ -104,6 +104,7 @@ enum wsd_reason {
 	R_FORKED,          /* upgraded before fork; the child's copy is detached */
 	R_UNSUPPORTED,     /* a socket option or use the switch does not carry */
 	R_PROTOCOL,        /* the peer spoke a different protocol version */
+	R_BACK,            /* moved back to the kernel stream for fork or exec */
 	R_NREASONS
 };
 
@@ -149,11 +150,17 @@ struct wsd_sock {
 	uint8_t why_not;             /* enum wsd_reason for no_upgrade */
 	bool detached;               /* a fork child's copy of an upgraded socket */
 	bool tcp_eof, tcp_err;       /* the kernel stream ended (after the switch) */
+	/* BACK (wsd-protocol(7)): a direction that went back to the stream for good */
+	bool tx_back;                /* tx_lock */
+	bool rx_back;                /* rx_lock */
+	uint64_t rx_skip;            /* rx_lock: the peer's doorbells still on the stream */
+	struct wsd_prefix *pre;      /* bytes to deliver before the stream's (fork, exec) */
 	int tcp_errno;
 	_Atomic int upgrade_state;   /* UP_* */
 	struct wsd_session *sess;    /* set once established; freed with the sock */
 
 	/* the 4-tuple, filled when known */
+	int pre_fd;                  /* the prefix's memfd (-1) */
 	bool tuple_known;
 	struct sockaddr_storage local, peer;
 
@@ -228,11 +235,50 @@ long wsd_sock_nread(struct wsd_sock *s);
 int wsd_sock_shutdown(struct wsd_sock *s, int how);
 void wsd_sock_closed(struct wsd_sock *s);   /* the last fd went: tell the peer */
 
+/*
+ * fork or exec is coming: move both directions of an upgraded socket back
+ * to the kernel stream (the peer's unread data is kept in s->pre, which a
+ * fork shares and an exec passes on).  0 when the socket is plain TCP now;
+ * -ETIMEDOUT (the peer's switch did not answer within ms) or -errno, and
+ * the session goes on as it was.
+ */
+int wsd_sock_downgrade(struct wsd_sock *s, int ms);
+/* A plain socket's peer doorbells still to skip go into s->pre (before fork). */
+int wsd_sock_share_skip(struct wsd_sock *s);
+
 /* exec is coming: close the provider connection now (its windows die), keep the memory. */
 void wsd_session_abandon(struct wsd_session *ss);
 
 /* The session's share of freeing a sock. */
 void wsd_session_free(struct wsd_session *ss);
+
+/* ---- the prefix: bytes a socket delivers before its stream's (prefix.c) ----------- */
+
+/*
+ * Shared memory (a memfd): a fork child shares it with its parent, so each
+ * byte is read once, as from the kernel's queue; an exec passes the memfd
+ * on (WSD_INHERIT).  skip: the peer's doorbells on the stream before its
+ * data.
+ */
+struct wsd_prefix {
+	pthread_mutex_t mu;          /* process-shared, robust */
+	uint64_t len, off, skip;
+	_Atomic uint32_t done;       /* nothing left: read the stream */
+	uint32_t pad;
+	uint8_t data[];
+};
+
+struct wsd_prefix *wsd_prefix_new(const void *data, size_t len, uint64_t skip, int *fd);
+struct wsd_prefix *wsd_prefix_open(int fd);
+void wsd_prefix_close(struct wsd_prefix *p);
+void wsd_prefix_lock(struct wsd_prefix *p);
+void wsd_prefix_unlock(struct wsd_prefix *p);
+/* Data left to deliver (a hint: no lock). */
+bool wsd_prefix_has_data(const struct wsd_prefix *p);
+/* After exec: adopt the sockets the old image passed in WSD_INHERIT. */
+void wsd_prefix_inherit(void);
+/* Before exec: the environment variable naming the prefixes to pass, or NULL. */
+char *wsd_prefix_env(void);
 
 /* ---- readiness calls (poll.c) ------------------------------------------------- */
 

@@ -58,7 +58,7 @@ const char *wsd_reason_name(enum wsd_reason r)
 {
 	static const char *const names[R_NREASONS] = {
 		"none", "pending", "listener", "disabled", "peer-plain", "refused",
-		"no-match", "access", "provider", "forked", "unsupported", "protocol",
+		"no-match", "access", "provider", "forked", "unsupported", "protocol", "back",
 	};
 
 	return r < R_NREASONS ? names[r] : "?";
@@ -653,11 +653,15 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 	(void)fd;
 	(void)arg;
 	s->no_upgrade = true;
-	s->why_not = R_FORKED;
+	if (!s->why_not)
+		s->why_not = R_FORKED;
 	if (s->sess) {
-		s->detached = true;
 		s->sess->ws = INVALID_SOCKET;   /* the parent's: not ours to close */
-		set_reason(s, R_FORKED);
+		if (!(s->rx_back && s->tx_back)) {
+			/* it did not go back to the stream before fork: the parent's alone */
+			s->detached = true;
+			set_reason(s, R_FORKED);
+		}
 	}
 }
 

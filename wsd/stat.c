@@ -49,6 +49,7 @@ static const char *const reason_names[] = {
 	[R_FORKED] = "forked",
 	[R_UNSUPPORTED] = "unsupported",
 	[R_PROTOCOL] = "protocol",
+	[R_BACK] = "back",
 };
 _Static_assert(ARRAY_SIZE(reason_names) == R_NREASONS, "a wsd_reason without a name");
 
