@@ -138,27 +138,40 @@ static int rdma_done(SOCKET ws, WSAOVERLAPPED *ov, int ret, int err)
 	return 0;
 }
 
-static int rdma_write(struct wsd_session *ss, void *buf, uint32_t len, uint64_t handle,
-		      uint64_t offset)
+static int rdma_writev(struct wsd_session *ss, WSABUFEX *b, uint32_t nb, uint64_t offset)
 {
-	WSABUFEX b = { len, buf, handle };
 	WSAOVERLAPPED ov = { .hEvent = (void *)1 };
 	uint32_t n;
 	int err = 0;
-	int r = wsd_spi()->lpWSPRdmaWrite(ss->ws, &b, 1, ss->peer_desc, sizeof(ss->peer_desc),
+	int r = wsd_spi()->lpWSPRdmaWrite(ss->ws, b, nb, ss->peer_desc, sizeof(ss->peer_desc),
 					  (uint32_t)offset, &n, 0, &ov, NULL, NULL, &err);
 
 	return rdma_done(ss->ws, &ov, r, err);
 }
 
 /* Write one of the peer's control words. */
-static int put_word(struct wsd_session *ss, int which, size_t off, uint64_t v)
+static int put_word(struct wsd_session *ss, int which, int idx, uint64_t v)
 {
-	ss->words[which] = v;
-	return rdma_write(ss, &ss->words[which], 8, ss->words_handle, off);
+	uint64_t *w = &ss->words[2 * which];
+	WSABUFEX b[2] = { { 8, (char *)w, ss->words_handle },
+			  { 8, (char *)(w + 1), ss->words_handle } };
+
+	w[0] = v;
+	w[1] = ~v;
+	return rdma_writev(ss, b, 2, (uint64_t)idx * sizeof(struct wsd_word));
 }
 
-#define CTL_OFF(f) offsetof(struct wsd_ctl, f)
+/* A control word the peer wrote: its value when its check holds, or the last that did. */
+static uint64_t ctl_get(struct wsd_session *ss, int idx)
+{
+	uint64_t c = atomic_load_explicit(&ss->ctl->w[idx].check, memory_order_acquire);
+	uint64_t v = atomic_load_explicit(&ss->ctl->w[idx].v, memory_order_acquire);
+
+	if (c != ~v)
+		return atomic_load_explicit(&ss->seen[idx], memory_order_relaxed);
+	atomic_store_explicit(&ss->seen[idx], v, memory_order_relaxed);
+	return v;
+}
 
 /* ---- the session object ---------------------------------------------------- */
 
@@ -263,9 +276,9 @@ static void publish_rx_ready(struct wsd_sock *s)
 	 * Armed first: a poll or epoll already asleep on the fd started while
 	 * the socket was plain, and must hear of the peer's first ring data.
 	 */
-	put_word(s->sess, W_MU, CTL_OFF(data_arm),
+	put_word(s->sess, W_MU, CW_DATA_ARM,
 		 __atomic_add_fetch(&s->sess->data_gen, 1, __ATOMIC_RELAXED));
-	if (put_word(s->sess, W_MU, CTL_OFF(rx_ready), 1))
+	if (put_word(s->sess, W_MU, CW_RX_READY, 1))
 		return;
 	s->rx_ready_sent = true;
 	s->accel = true;
@@ -326,7 +339,7 @@ static void doorbell(struct wsd_sock *s)
 static void ring_data(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	uint64_t v = atomic_load_explicit(&ss->ctl->data_arm, memory_order_acquire);
+	uint64_t v = ctl_get(ss, CW_DATA_ARM);
 
 	if (v != ss->rung_data) {
 		ss->rung_data = v;
@@ -350,7 +363,7 @@ static bool tx_switch(struct wsd_sock *s)
 	if (s->tx_mode == DIR_RING)
 		return true;
 	if (!ss || s->tx_shut || s->detached || s->tx_back ||
-	    !atomic_load_explicit(&ss->ctl->rx_ready, memory_order_acquire))
+	    !ctl_get(ss, CW_RX_READY))
 		return false;
 	n = s->tcp_tx;
 	if (write_record(s, REC_SWITCH, NULL, sizeof(n), &n))
@@ -370,7 +383,7 @@ static bool tx_switch(struct wsd_sock *s)
 static void ring_space(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	uint64_t v = atomic_load_explicit(&ss->ctl->space_arm, memory_order_acquire);
+	uint64_t v = ctl_get(ss, CW_SPACE_ARM);
 
 	if (v == ss->rung_space)
 		return;
@@ -398,15 +411,14 @@ static void drain(struct wsd_sock *s)
 	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err)
 		return;
 	for (;;) {
-		uint64_t lim = atomic_load_explicit(&ss->ctl->back_bells, memory_order_acquire);
+		uint64_t lim = ctl_get(ss, CW_BACK_BELLS);
 		size_t want = sizeof(buf);
 
 		if (!lim) {
 			n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
 			if (n > 0) {
 				want = (size_t)n;
-				lim = atomic_load_explicit(&ss->ctl->back_bells,
-							   memory_order_acquire);
+				lim = ctl_get(ss, CW_BACK_BELLS);
 			}
 		}
 		if (lim) {
@@ -437,8 +449,7 @@ static void drain(struct wsd_sock *s)
 
 static uint64_t tx_room(struct wsd_session *ss)
 {
-	uint64_t used = ss->tx_pos - atomic_load_explicit(&ss->ctl->consumed,
-							   memory_order_acquire);
+	uint64_t used = ss->tx_pos - ctl_get(ss, CW_CONSUMED);
 
 	return used >= ss->peer_ring ? 0 : ss->peer_ring - used;
 }
@@ -495,7 +506,9 @@ static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uin
 		h->len = pad;
 		h->type = REC_PAD;
 		h->stamp = ss->tx_pos ^ ss->tx_key;
-		r = rdma_write(ss, h, REC_HDR, ss->stage_handle, CTL_SIZE + off);
+		r = rdma_writev(ss, (WSABUFEX[]){ { 8, (char *)ss->stage, ss->stage_handle },
+						  { 8, (char *)ss->stage + 8, ss->stage_handle } },
+				2, CTL_SIZE + off);
 		if (r)
 			return broken(s, r);
 		ss->tx_pos += pad;
@@ -510,7 +523,24 @@ static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uin
 		memcpy(ss->stage + REC_HDR, inline_payload, len);
 	memset(ss->stage + REC_HDR + len, 0, size - REC_HDR - len);
 	*(uint64_t *)(ss->stage + size - REC_TRAILER) = ss->tx_pos ^ ss->tx_key;
-	r = rdma_write(ss, ss->stage, size, ss->stage_handle, CTL_SIZE + off);
+	/*
+	 * In pieces, in this order: the reader takes a record whose header
+	 * stamp and trailer match, and must then find every byte before them
+	 * in place.  One copy does not promise that: the kernel copies with
+	 * fast string moves, whose stores other CPUs may see out of order
+	 * (Intel SDM 3A, 9.2.4); separate moves are seen in program order.
+	 */
+	{
+		WSABUFEX b[4] = {
+			{ 8, (char *)ss->stage, ss->stage_handle },                    /* len, type */
+			{ 8, (char *)ss->stage + 8, ss->stage_handle },                /* stamp */
+			{ size - REC_HDR - REC_TRAILER, (char *)ss->stage + REC_HDR, ss->stage_handle },
+			{ REC_TRAILER, (char *)ss->stage + size - REC_TRAILER, ss->stage_handle },
+		};
+
+		r = b[2].len ? rdma_writev(ss, b, 4, CTL_SIZE + off) :
+			       rdma_writev(ss, (WSABUFEX[]){ b[0], b[1], b[3] }, 3, CTL_SIZE + off);
+	}
 	if (r)
 		return broken(s, r);
 	ss->tx_pos += size;
@@ -541,11 +571,11 @@ static struct wsd_rec *rec_at(struct wsd_session *ss, uint64_t pos)
 static void report(struct wsd_sock *s, bool force)
 {
 	struct wsd_session *ss = s->sess;
-	bool armed = atomic_load_explicit(&ss->ctl->space_arm, memory_order_acquire) !=
+	bool armed = ctl_get(ss, CW_SPACE_ARM) !=
 		     ss->rung_space;
 
 	if (force || armed || ss->rx_pos - ss->rx_reported >= ss->ring_size / 4) {
-		if (put_word(ss, W_RX, CTL_OFF(consumed), ss->rx_pos) == 0)
+		if (put_word(ss, W_RX, CW_CONSUMED, ss->rx_pos) == 0)
 			ss->rx_reported = ss->rx_pos;
 		ring_space(s);
 	}
@@ -669,7 +699,7 @@ static int go_back(struct wsd_sock *s)
 	if (!fits(ss, sizeof(bells), true))
 		return -EAGAIN;
 	bells = ss->bells_tx + (bell ? 1 : 0);
-	r = put_word(ss, W_TX, CTL_OFF(back_bells), bells + 1);
+	r = put_word(ss, W_TX, CW_BACK_BELLS, bells + 1);
 	if (!r)
 		r = write_record(s, REC_BACK, NULL, sizeof(bells), &bells);
 	if (r)
@@ -694,7 +724,7 @@ static bool serve_back(struct wsd_sock *s)
 	struct wsd_session *ss = s->sess;
 
 	if (!ss || s->tx_back || s->detached ||
-	    !atomic_load_explicit(&ss->ctl->back_req, memory_order_acquire))
+	    !ctl_get(ss, CW_BACK_REQ))
 		return false;
 	return go_back(s) == 0;
 }
@@ -703,7 +733,7 @@ static bool serve_back(struct wsd_sock *s)
 static void serve_back_unlocked(struct wsd_sock *s)
 {
 	if (!s->sess || s->tx_back ||
-	    !atomic_load_explicit(&s->sess->ctl->back_req, memory_order_relaxed))
+	    !ctl_get(s->sess, CW_BACK_REQ))
 		return;
 	pthread_mutex_lock(&s->tx_lock);
 	serve_back(s);
@@ -726,7 +756,7 @@ static void check_back(struct wsd_sock *s)
 	     pos += h->type == REC_PAD ? h->len : rec_size(h->len))
 		if (h->type != REC_PAD && h->type != REC_FIN)
 			return;
-	lim = atomic_load_explicit(&ss->ctl->back_bells, memory_order_acquire);
+	lim = ctl_get(ss, CW_BACK_BELLS);
 	if (!h || !lim)
 		return;
 	ss->rx_pos = pos + rec_size(h->len);
@@ -898,7 +928,7 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 			wsd_stat_add(s->stat, &s->stat->zcopy_rx, peek ? 0 : n);
 			if (!peek && off + n == z.len) {
 				ss->zc_finished++;
-				put_word(ss, W_RX, CTL_OFF(zc_done), ss->zc_finished);
+				put_word(ss, W_RX, CW_ZC_DONE, ss->zc_finished);
 			}
 		} else {
 			return done ? (ssize_t)done : -EPROTO;
@@ -937,7 +967,7 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 	}
 	if (done)
 		return (ssize_t)done;
-	if (!s->tcp_err && !s->tcp_eof && atomic_load(&ss->ctl->closed) == 2) {
+	if (!s->tcp_err && !s->tcp_eof && ctl_get(ss, CW_CLOSED) == 2) {
 		s->tcp_err = true;    /* the peer reset, and all it sent is read */
 		s->tcp_errno = ECONNRESET;
 	}
@@ -1084,7 +1114,7 @@ static void arm_data(struct wsd_sock *s, bool self)
 	/* a sender short of room may be asleep too: give it all we took */
 	if (ss->rx_pos != ss->rx_reported)
 		report(s, true);
-	put_word(ss, W_RX, CTL_OFF(data_arm),
+	put_word(ss, W_RX, CW_DATA_ARM,
 		 __atomic_add_fetch(&ss->data_gen, 1, __ATOMIC_RELAXED));
 }
 
@@ -1224,7 +1254,7 @@ static bool spin_for_room(struct wsd_sock *s, uint32_t len, bool zc)
 	end = wsd_now_ns() + wsd_spin_ns();
 	do {
 		for (int i = 0; i < 64; i++) {
-			if (zc ? atomic_load_explicit(&ss->ctl->zc_done, memory_order_acquire) >=
+			if (zc ? ctl_get(ss, CW_ZC_DONE) >=
 				 ss->zc_sent : fits(ss, len, false))
 				return true;
 			__builtin_ia32_pause();
@@ -1380,10 +1410,10 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 		/* the peer forks or execs: the rest goes by the stream */
 		if (serve_back(s) && !zc_wait)
 			return 1;
-		if (zc_wait ? atomic_load_explicit(&ss->ctl->zc_done, memory_order_acquire) >=
+		if (zc_wait ? ctl_get(ss, CW_ZC_DONE) >=
 			      ss->zc_sent : fits(ss, len, false))
 			return 0;
-		if (atomic_load_explicit(&ss->ctl->closed, memory_order_acquire) ||
+		if (ctl_get(ss, CW_CLOSED) ||
 		    s->tcp_eof || s->tcp_err)
 			return -EPIPE;
 		if (nonblock)
@@ -1392,11 +1422,11 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 			continue;
 		sleeper_enter(s);
 		/* this write also finds a peer that died without a word */
-		if (put_word(ss, W_TX, CTL_OFF(space_arm), ++ss->space_gen)) {
+		if (put_word(ss, W_TX, CW_SPACE_ARM, ++ss->space_gen)) {
 			sleeper_leave(s);
 			return -EPIPE;
 		}
-		if (zc_wait ? atomic_load_explicit(&ss->ctl->zc_done, memory_order_acquire) >=
+		if (zc_wait ? ctl_get(ss, CW_ZC_DONE) >=
 			      ss->zc_sent : fits(ss, len, false)) {
 			sleeper_leave(s);
 			return 0;
@@ -1450,7 +1480,7 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 
 	if (s->tx_shut)
 		return epipe(flags);
-	switch (atomic_load_explicit(&ss->ctl->closed, memory_order_acquire)) {
+	switch (ctl_get(ss, CW_CLOSED)) {
 	case 0:
 		break;
 	case 1:
@@ -1590,7 +1620,7 @@ static void reset_if_shut(struct wsd_sock *s)
 	s->tcp_err = true;
 	s->tcp_errno = ECONNRESET;
 	pthread_mutex_lock(&s->tx_lock);
-	put_word(ss, W_TX, CTL_OFF(closed), 2);
+	put_word(ss, W_TX, CW_CLOSED, 2);
 	pthread_mutex_unlock(&s->tx_lock);
 }
 
@@ -1680,7 +1710,7 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 		r |= kernel & POLLRDHUP;   /* the peer shut its stream before switching */
 	if (s->tcp_err)
 		r |= POLLERR;
-	if (atomic_load(&s->sess->ctl->closed) == 2 && !s->tcp_eof)
+	if (ctl_get(s->sess, CW_CLOSED) == 2 && !s->tcp_eof)
 		/* the peer reset (its kernel sent RST): readable, error, hang-up */
 		r |= POLLIN | POLLRDHUP | POLLERR;
 	if ((events & POLLOUT) && pthread_mutex_trylock(&s->tx_lock)) {
@@ -1696,12 +1726,12 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 			if (real.poll(&p, 1, 0) == 1)
 				r |= p.revents & (POLLOUT | POLLERR | POLLHUP);
 		} else if (s->tx_shut || fits(s->sess, s->sess->peer_ring / 4, false) ||
-			   atomic_load(&s->sess->ctl->closed) || s->tcp_eof) {
+			   ctl_get(s->sess, CW_CLOSED) || s->tcp_eof) {
 			r |= POLLOUT;
 		} else if (arm) {
 			struct wsd_session *ss = s->sess;
 
-			put_word(ss, W_TX, CTL_OFF(space_arm), ++ss->space_gen);
+			put_word(ss, W_TX, CW_SPACE_ARM, ++ss->space_gen);
 			if (fits(ss, ss->peer_ring / 4, false))
 				r |= POLLOUT;
 		}
@@ -1709,7 +1739,7 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 	}
 	/* as tcp_poll: both directions shut here, or the connection reset */
 	if (((s->tcp_eof || s->peer_fin || s->rx_shut || fin_pending(s)) && s->tx_shut) ||
-	    s->tcp_err || atomic_load(&s->sess->ctl->closed) == 2)
+	    s->tcp_err || ctl_get(s->sess, CW_CLOSED) == 2)
 		r |= POLLHUP;
 	return r & (events | POLLHUP | POLLERR);
 }
@@ -1740,7 +1770,7 @@ void wsd_sock_arm(struct wsd_sock *s, short events)
 	}
 	if ((events & POLLOUT) && s->tx_mode == DIR_RING) {
 		pthread_mutex_lock(&s->tx_lock);
-		put_word(ss, W_TX, CTL_OFF(space_arm), ++ss->space_gen);
+		put_word(ss, W_TX, CW_SPACE_ARM, ++ss->space_gen);
 		pthread_mutex_unlock(&s->tx_lock);
 	}
 }
@@ -1855,8 +1885,8 @@ static void linger(struct wsd_sock *s)
 	    !l.l_onoff || l.l_linger <= 0)
 		return;
 	end = wsd_now_ms() + (int64_t)l.l_linger * 1000;
-	while (atomic_load_explicit(&ss->ctl->consumed, memory_order_acquire) < ss->tx_pos &&
-	       !atomic_load(&ss->ctl->closed) && wsd_now_ms() < end) {
+	while (ctl_get(ss, CW_CONSUMED) < ss->tx_pos &&
+	       !ctl_get(ss, CW_CLOSED) && wsd_now_ms() < end) {
 		struct pollfd p = { .fd = s->fd };
 
 		real.poll(&p, 1, TICK_MS);
@@ -1881,7 +1911,7 @@ void wsd_sock_closed(struct wsd_sock *s)
 		real.setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
 		pthread_mutex_lock(&s->tx_lock);
 		s->tx_shut = true;
-		put_word(ss, W_TX, CTL_OFF(closed), 2);
+		put_word(ss, W_TX, CW_CLOSED, 2);
 		pthread_mutex_unlock(&s->tx_lock);
 		return;
 	}
@@ -1892,7 +1922,7 @@ void wsd_sock_closed(struct wsd_sock *s)
 	if (s->tx_mode == DIR_RING)
 		ring_data(s);
 	linger(s);
-	put_word(ss, W_TX, CTL_OFF(closed), 1);
+	put_word(ss, W_TX, CW_CLOSED, 1);
 	pthread_mutex_unlock(&s->tx_lock);
 }
 
@@ -1978,7 +2008,7 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 		set_back(s, true);
 	} else if (!s->rx_back && !ss->back_asked) {
 		pthread_mutex_lock(&s->tx_lock);
-		if (!put_word(ss, W_TX, CTL_OFF(back_req), 1)) {
+		if (!put_word(ss, W_TX, CW_BACK_REQ, 1)) {
 			ss->back_asked = true;
 			/* wake the peer's switch: a bell, which only a ring sender may send */
 			if (tx_switch(s) && !s->tx_back)
@@ -2027,7 +2057,7 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 		r = 0;
 	}
 	/* our zero-copy sends (other threads') read before the pages go */
-	while (!r && atomic_load(&ss->ctl->zc_done) < ss->zc_sent && wsd_now_ms() < end) {
+	while (!r && ctl_get(ss, CW_ZC_DONE) < ss->zc_sent && wsd_now_ms() < end) {
 		pthread_mutex_unlock(&s->tx_lock);
 		real.poll(NULL, 0, 1);
 		pthread_mutex_lock(&s->tx_lock);

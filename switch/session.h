@@ -9,7 +9,7 @@
 #include "switch/switch.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 1u
+#define WSD_PROTO_VERSION 2u
 
 /* Handshake messages (WSPSend on the SPI connection), little-endian. */
 enum { MSG_HELLO = 1, MSG_ACCEPT = 2, MSG_REFUSE = 3 };
@@ -28,21 +28,33 @@ struct wsd_hello {
 
 /*
  * A receive region: the words the peer writes about itself, then the ring
- * the peer fills with records.  Each word is written alone (8 bytes).
+ * the peer fills with records.  Each word is a value and its check (~value)
+ * written after it, apart: a reader takes a value only with its check (a
+ * copy into our memory may show its bytes out of order, see write_record),
+ * and otherwise the last one it took.
  */
-struct wsd_ctl {
-	_Atomic uint64_t consumed;   /* ring bytes the peer consumed (our credits) */
-	_Atomic uint64_t data_arm;   /* the peer waits for our data: a generation */
-	_Atomic uint64_t space_arm;  /* the peer waits for room in our ring */
-	_Atomic uint64_t rx_ready;   /* the peer takes our data by ring from now */
-	_Atomic uint64_t zc_done;    /* our zero-copy records the peer finished */
-	_Atomic uint64_t closed;     /* the peer closed its socket */
-	_Atomic uint64_t back_req;   /* the peer asks us to send by the stream again */
-	_Atomic uint64_t back_bells; /* the peer's doorbells on the stream + 1, once it
-					went back: its stream bytes after those are data */
+enum {
+	CW_CONSUMED,     /* ring bytes the peer consumed (our credits) */
+	CW_DATA_ARM,     /* the peer waits for our data: a generation */
+	CW_SPACE_ARM,    /* the peer waits for room in our ring */
+	CW_RX_READY,     /* the peer takes our data by ring from now */
+	CW_ZC_DONE,      /* our zero-copy records the peer finished */
+	CW_CLOSED,       /* the peer closed its socket: 1, or 2 for a reset */
+	CW_BACK_REQ,     /* the peer asks us to send by the stream again */
+	CW_BACK_BELLS,   /* the peer's doorbells on the stream + 1, once it went
+			    back: its stream bytes after those are data */
+	CW_N
 };
 
-#define CTL_SIZE 64u
+struct wsd_word {
+	_Atomic uint64_t v, check;
+};
+
+struct wsd_ctl {
+	struct wsd_word w[CW_N];
+};
+
+#define CTL_SIZE 128u
 
 enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5, REC_BACK = 6 };
 
@@ -86,7 +98,7 @@ struct wsd_session {
 	uint8_t *stage;
 	uint32_t stage_len;
 	uint64_t stage_handle;
-	uint64_t *words;             /* [0] rx_lock, [1] tx_lock, [2] mu */
+	uint64_t *words;             /* pairs: [0] rx_lock, [2] tx_lock, [4] mu */
 	uint64_t words_handle;
 	/* tx (tx_lock) */
 	uint64_t tx_pos;
@@ -104,6 +116,7 @@ struct wsd_session {
 	uint64_t bells_tx;           /* tx_lock */
 	uint64_t bells_rx;           /* mu */
 	bool back_asked;             /* we wrote the peer's back_req */
+	_Atomic uint64_t seen[CW_N];  /* the control words' last checked values */
 };
 
 /* Make a session on a connected SPI socket: our region registered. */
