@@ -99,6 +99,22 @@ static int deadline_to_ms(const struct deadline *d, const struct timespec *left)
 	return (int)(left->tv_sec * 1000 + (left->tv_nsec + 999999) / 1000000);
 }
 
+/* Bound a sleep by wsd_recheck_ms (set while arming): true when it did. */
+static bool cap_wait(const struct deadline *dl, struct timespec *left)
+{
+	struct timespec cap;
+
+	if (wsd_recheck_ms < 0)
+		return false;
+	cap.tv_sec = wsd_recheck_ms / 1000;
+	cap.tv_nsec = (long)(wsd_recheck_ms % 1000) * 1000000;
+	if (!dl->inf && (left->tv_sec < cap.tv_sec ||
+			 (left->tv_sec == cap.tv_sec && left->tv_nsec <= cap.tv_nsec)))
+		return false;
+	*left = cap;
+	return true;
+}
+
 static bool timespec_bad(const struct timespec *ts)
 {
 	return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= NSEC);
@@ -206,8 +222,11 @@ static int poll_slow(struct pollfd *fds, nfds_t nfds, nfds_t first, struct wsd_s
 		}
 		socks[i] = s;
 		kfds[i].fd = fds[i].fd;
-		/* the doorbell and EOF; POLLOUT is the session's to say */
-		kfds[i].events = s ? POLLIN | (fds[i].events & (POLLPRI | POLLRDHUP)) : fds[i].events;
+		/* the doorbell and EOF; POLLOUT is the session's to say, or the
+		 * kernel's while the socket still sends by the stream */
+		kfds[i].events = s ? POLLIN | (fds[i].events & (POLLPRI | POLLRDHUP)) |
+				     (wsd_sock_tx_stream(s) ? fds[i].events & (POLLOUT | POLLWRNORM | POLLWRBAND) : 0) :
+				     fds[i].events;
 		kfds[i].revents = 0;
 	}
 	deadline_init(&dl, timeout);
@@ -222,17 +241,21 @@ static int poll_slow(struct pollfd *fds, nfds_t nfds, nfds_t first, struct wsd_s
 		goto out;
 	for (;;) {
 		/* arm whatever is not ready; arming may find it ready after all */
+		bool capped;
+
+		wsd_recheck_ms = -1;
 		n = poll_fill(fds, kfds, socks, nfds, true, sel);
 		if (n || !deadline_left(&dl, &left))
 			goto out;
+		capped = cap_wait(&dl, &left);
 		/* the caller's sigmask: signals behave as in the kernel's own wait */
-		r = real.ppoll(kfds, nfds, dl.inf ? NULL : &left, sigmask);
+		r = real.ppoll(kfds, nfds, dl.inf && !capped ? NULL : &left, sigmask);
 		if (r < 0) {
 			n = -errno;
 			goto out;
 		}
 		n = poll_fill(fds, kfds, socks, nfds, false, sel);
-		if (n || r == 0)
+		if (n || (r == 0 && !capped))
 			goto out;
 	}
 out:
@@ -475,6 +498,7 @@ struct wsd_epitem {
 	epoll_data_t data;             /* the application's, returned unchanged */
 	uint32_t krev;                 /* kernel events not yet looked at */
 	bool accel;                    /* registered with the kernel for the doorbell */
+	bool txs;                      /* ...and for POLLOUT: its sending side is the stream */
 	bool kicked;                   /* an edge to report if ready (ET) */
 	bool disabled;                 /* EPOLLONESHOT fired */
 	uint32_t last_rx_eagain, last_tx_eagain;   /* when last reported (ET) */
@@ -515,12 +539,19 @@ static inline uint64_t item_token(const struct wsd_epitem *it)
 	return (uint64_t)it->gen << 32 | (uint32_t)it->fd;
 }
 
-static struct epoll_event kernel_event(uint32_t events, bool accel, uint64_t token)
+/*
+ * What the kernel watches for an item: the application's events, or for an
+ * accelerated socket the doorbell (EPOLLIN), plus the application's
+ * EPOLLOUT while the socket still sends by the stream (txs), whose room
+ * only the kernel knows.
+ */
+static struct epoll_event kernel_event(uint32_t events, bool accel, bool txs, uint64_t token)
 {
 	struct epoll_event kev = { .events = events, .data.u64 = token };
 
 	if (accel)
-		kev.events = EPOLLIN | (events & DOORBELL_FLAGS);
+		kev.events = EPOLLIN | (events & DOORBELL_FLAGS) |
+			     (txs ? events & (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND) : 0);
 	return kev;
 }
 
@@ -894,11 +925,23 @@ void wsd_poll_sock_gone(struct wsd_sock *s)
 
 /* ---- epoll_ctl ------------------------------------------------------------------------ */
 
-/* Move an item to the doorbell (set->mu).  On failure its fd is gone, and so
- * is the kernel's registration: the item stays as it was. */
-static void item_accelerate(struct epset *set, int epfd, struct wsd_epitem *it)
+/* The item's registration does not match its socket's state any more. */
+static bool item_stale(const struct wsd_epitem *it)
 {
-	struct epoll_event kev = kernel_event(it->events, true, item_token(it));
+	return it->sock && (it->accel != wsd_sock_accel(it->sock) ||
+			    it->txs != (it->accel && wsd_sock_tx_stream(it->sock)));
+}
+
+/*
+ * Register an item as its socket now needs (set->mu): for the doorbell when
+ * it was accelerated, back to the application's events when it is plain
+ * again.  On failure its fd is gone, and so is the kernel's registration:
+ * the item stays as it was.
+ */
+static void item_sync(struct epset *set, int epfd, struct wsd_epitem *it)
+{
+	bool accel = wsd_sock_accel(it->sock), txs = accel && wsd_sock_tx_stream(it->sock);
+	struct epoll_event kev = kernel_event(it->events, accel, txs, item_token(it));
 	int r;
 
 	if (it->events & EPOLLEXCLUSIVE) {
@@ -911,7 +954,8 @@ static void item_accelerate(struct epset *set, int epfd, struct wsd_epitem *it)
 	}
 	if (r)
 		return;
-	item_set_accel(set, it, true);
+	item_set_accel(set, it, accel);
+	it->txs = txs;
 	it->kicked = true;      /* as after EPOLL_CTL_MOD: report what is ready now */
 	it->krev = 0;
 }
@@ -938,13 +982,12 @@ static void set_requeue(struct epset *set, int epfd)
 	if (all) {
 		for (unsigned b = 0; b <= set->hmask; b++)
 			for (it = set->hash[b]; it; it = it->h_next)
-				if (it->sock && !it->accel && wsd_sock_accel(it->sock))
-					item_accelerate(set, epfd, it);
+				if (item_stale(it))
+					item_sync(set, epfd, it);
 	}
 	for (unsigned i = 0; i < n && !all; i++)
-		if ((it = item_by_token(set, rq[i])) && it->sock && !it->accel &&
-		    wsd_sock_accel(it->sock))
-			item_accelerate(set, epfd, it);
+		if ((it = item_by_token(set, rq[i])) && item_stale(it))
+			item_sync(set, epfd, it);
 	free(rq);
 }
 
@@ -984,7 +1027,8 @@ static int ep_add(struct epset *set, int epfd, int fd, struct wsd_epitem *nit,
 	nit->kicked = true;
 	nit->last_mark = UINT64_MAX;   /* data already there is an edge, as ADD's */
 	link_init(&nit->alink);
-	kev = kernel_event(ev->events, accel, item_token(nit));
+	nit->txs = accel && wsd_sock_tx_stream(s);
+	kev = kernel_event(ev->events, accel, nit->txs, item_token(nit));
 	if (real.epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &kev))
 		return -errno;
 	/* an item left by an fd closed without a DEL: the kernel forgot it */
@@ -1009,9 +1053,9 @@ static int ep_add(struct epset *set, int epfd, int fd, struct wsd_epitem *nit,
 		nit->s_next = s->ep_items;
 		s->ep_items = nit;
 		pthread_mutex_unlock(&s->mu);
-		/* accelerated before it was linked: the hook did not see it */
-		if (!accel && wsd_sock_accel(s))
-			item_accelerate(set, epfd, nit);
+		/* changed before it was linked: the hook did not see it */
+		if (item_stale(nit))
+			item_sync(set, epfd, nit);
 	}
 	return 0;
 }
@@ -1025,9 +1069,11 @@ static int ep_mod(struct epset *set, int epfd, int fd, struct wsd_epitem *it,
 	if (!it)        /* none of ours (ENOENT, or a registration made behind our back) */
 		return real.epoll_ctl(epfd, EPOLL_CTL_MOD, fd, ev) ? -errno : 0;
 	accel = it->sock && wsd_sock_accel(it->sock);
-	kev = kernel_event(ev->events, accel, item_token(it));
+	kev = kernel_event(ev->events, accel, accel && wsd_sock_tx_stream(it->sock),
+			   item_token(it));
 	if (real.epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &kev))
 		return -errno;
+	it->txs = accel && wsd_sock_tx_stream(it->sock);
 	it->events = ev->events;
 	it->data = ev->data;
 	it->disabled = false;
@@ -1230,7 +1276,8 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 			link_add_tail(l, &moved);
 		} else if (it->krev && (it->events & EPOLLONESHOT) && !it->disabled) {
 			/* the kernel spent its one shot on a doorbell that did not count */
-			struct epoll_event kev = kernel_event(it->events, true, item_token(it));
+			struct epoll_event kev = kernel_event(it->events, true, it->txs,
+							      item_token(it));
 
 			real.epoll_ctl(epfd, EPOLL_CTL_MOD, it->fd, &kev);
 		}
@@ -1331,7 +1378,7 @@ static int ep_wait(struct epset *set, int epfd, struct epoll_event *ev, int max,
 	int n, r, err;
 
 	for (;;) {
-		bool more = deadline_left(dl, &left);
+		bool more = deadline_left(dl, &left), capped = false;
 
 		if (atomic_load(&set->naccel)) {
 			if (!polled) {
@@ -1344,21 +1391,24 @@ static int ep_wait(struct epset *set, int epfd, struct epoll_event *ev, int max,
 			}
 			if (!more)
 				return 0;
+			wsd_recheck_ms = -1;
 			n = harvest(set, epfd, ev, 0, max, true);
 			if (n)
 				return n;
 			deadline_left(dl, &left);
+			capped = cap_wait(dl, &left);
 		}
 		arm_nested(set);
 		atomic_fetch_add(&set->waiters, 1);
-		r = ep_block(kind, epfd, ev, max, dl, &left, sigmask);
+		r = ep_block(kind, epfd, ev, max, capped ? &(struct deadline){ .inf = false } : dl,
+			     &left, sigmask);
 		err = errno;
 		atomic_fetch_sub(&set->waiters, 1);
 		if (r < 0)
 			return -err;
 		n = harvest(set, epfd, ev, r, max, false);
 		/* only doorbells and wakes: wait again for the time left */
-		if (n || r == 0 || !deadline_left(dl, &left))
+		if (n || (r == 0 && !capped) || !deadline_left(dl, &left))
 			return n;
 		polled = true;
 	}

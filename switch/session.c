@@ -138,15 +138,22 @@ static int rdma_done(SOCKET ws, WSAOVERLAPPED *ov, int ret, int err)
 	return 0;
 }
 
-static int rdma_writev(struct wsd_session *ss, WSABUFEX *b, uint32_t nb, uint64_t offset)
+static int rdma_put(struct wsd_session *ss, const uint8_t *desc, WSABUFEX *b, uint32_t nb,
+		    uint64_t offset)
 {
 	WSAOVERLAPPED ov = { .hEvent = (void *)1 };
 	uint32_t n;
 	int err = 0;
-	int r = wsd_spi()->lpWSPRdmaWrite(ss->ws, b, nb, ss->peer_desc, sizeof(ss->peer_desc),
+	int r = wsd_spi()->lpWSPRdmaWrite(ss->ws, b, nb, (void *)desc, WSP_RDMA_DESCRIPTOR_SIZE,
 					  (uint32_t)offset, &n, 0, &ov, NULL, NULL, &err);
 
 	return rdma_done(ss->ws, &ov, r, err);
+}
+
+/* Into the peer's receive region. */
+static int rdma_writev(struct wsd_session *ss, WSABUFEX *b, uint32_t nb, uint64_t offset)
+{
+	return rdma_put(ss, ss->peer_desc, b, nb, offset);
 }
 
 /* Write one of the peer's control words. */
@@ -208,7 +215,8 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	ss->stage_handle = t->lpWSPRegisterMemory(ws, ss->stage, ss->stage_len, MEM_READ, &err);
 	if (!ss->stage_handle)
 		goto fail;
-	ss->words_handle = t->lpWSPRegisterMemory(ws, ss->words, 64, MEM_READ, &err);
+	/* word pairs at [0, 6), our offer's block at [8, 16) */
+	ss->words_handle = t->lpWSPRegisterMemory(ws, ss->words, 128, MEM_READ, &err);
 	if (!ss->words_handle)
 		goto fail;
 	return ss;
@@ -322,6 +330,11 @@ bool wsd_sock_accel(struct wsd_sock *s)
 	return s->accel && !s->detached;
 }
 
+bool wsd_sock_tx_stream(struct wsd_sock *s)
+{
+	return s->tx_mode != DIR_RING;
+}
+
 /* ---- doorbells --------------------------------------------------------------- */
 
 /* tx_lock held (BACK counts every bell we put on the stream). */
@@ -374,6 +387,8 @@ static bool tx_switch(struct wsd_sock *s)
 	s->accel = true;
 	pthread_mutex_unlock(&s->mu);
 	became_accel(s, was);
+	if (was)
+		wsd_poll_sock_accelerated(s);   /* POLLOUT is the ring's to say now */
 	wsd_debug("switch: fd %d sends by ring after %llu stream bytes", s->fd,
 		  (unsigned long long)n);
 	return true;
@@ -712,6 +727,7 @@ static int go_back(struct wsd_sock *s)
 		real.shutdown(s->fd, SHUT_WR);
 	}
 	s->tx_mode = DIR_TCP;
+	wsd_poll_sock_accelerated(s);   /* POLLOUT is the kernel's to say again */
 	set_back(s, false);
 	wsd_debug("switch: fd %d sends by the stream again after %llu bells", s->fd,
 		  (unsigned long long)bells);
@@ -829,6 +845,131 @@ static ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags)
 	return 0;
 }
 
+/* ---- write-based zero copy: a receive buffer offered ------------------------------ */
+
+/*
+ * A receiver about to sleep in a large blocking receive offers its buffer:
+ * the block (generation, its ring position, length, descriptor) in the
+ * sender's control area, then CW_POST.  A sender that sees it before it
+ * has written anything more (its position equals the offer's) claims it
+ * (CW_CLAIM), checks that the offer was not withdrawn (CW_POST_CANCEL),
+ * writes its data straight into the buffer and then a WZC record.  Any
+ * other record reaching the receiver first voids the offer: the sender's
+ * position moved, so it will never use it.  A receiver leaving without
+ * data (a signal, a timeout) withdraws the offer and then reads the claim;
+ * each side writes before it reads the other's word, so at least one sees
+ * the other, and a claimed offer is always answered by a WZC record (0
+ * bytes when withdrawn).  wsd-protocol(7), Zero copy.
+ */
+
+/* rx_lock held: ring empty, c at a large single segment: offer it. */
+static void post_offer(struct wsd_sock *s, struct cursor *c)
+{
+	struct wsd_session *ss = s->sess;
+	WSPPROC_TABLE *t = wsd_spi();
+	struct wsd_post *b = (struct wsd_post *)(ss->words + 8);
+	size_t len = c->iov[c->i].iov_len - c->off;
+	uint8_t *buf = (uint8_t *)c->iov[c->i].iov_base + c->off;
+	int err;
+
+	if (len > (1u << 30))
+		len = 1u << 30;
+	ss->post_dlen = sizeof(ss->post_desc);
+	if (t->lpWSPRegisterRdmaMemory(ss->ws, buf, (uint32_t)len, MEM_WRITE, ss->post_desc,
+				       &ss->post_dlen, &err))
+		return;
+	b->gen = ++ss->post_gen;
+	b->pos = ss->rx_pos;
+	b->len = len;
+	b->pad = 0;
+	memcpy(b->desc, ss->post_desc, sizeof(b->desc));
+	if (rdma_writev(ss, &(WSABUFEX){ sizeof(*b), (char *)b, ss->words_handle }, 1,
+			offsetof(struct wsd_ctl, post)) ||
+	    put_word(ss, W_RX, CW_POST, b->gen)) {
+		t->lpWSPDeregisterRdmaMemory(ss->ws, ss->post_desc, ss->post_dlen, &err);
+		return;
+	}
+	ss->post_active = true;
+}
+
+static void post_release(struct wsd_session *ss)
+{
+	int err;
+
+	ss->post_active = false;
+	wsd_spi()->lpWSPDeregisterRdmaMemory(ss->ws, ss->post_desc, ss->post_dlen, &err);
+}
+
+/*
+ * rx_lock held: the offer ends without a WZC answer.  0, or -EINPROGRESS
+ * when the sender claimed it first: its WZC record is on its way, and the
+ * buffer is the sender's until it comes.
+ */
+static int post_withdraw(struct wsd_sock *s, bool check_claim)
+{
+	struct wsd_session *ss = s->sess;
+
+	if (!ss || !ss->post_active)
+		return 0;
+	put_word(ss, W_RX, CW_POST_CANCEL, ss->post_gen);
+	if (check_claim && ctl_get(ss, CW_CLAIM) == ss->post_gen)
+		return -EINPROGRESS;
+	post_release(ss);
+	return 0;
+}
+
+/*
+ * tx_lock held: the peer offered a buffer and we wrote nothing since: put
+ * up to its length of c there.  Bytes sent, 0 when the offer is not ours
+ * to use, or -errno (the connection is broken).
+ */
+static ssize_t send_posted(struct wsd_sock *s, struct cursor *c)
+{
+	struct wsd_session *ss = s->sess;
+	WSPPROC_TABLE *t = wsd_spi();
+	uint64_t gen = ctl_get(ss, CW_POST);
+	struct wsd_wzc w;
+	struct wsd_post p;
+	WSABUFEX b;
+	int err, r;
+
+	if (gen <= ss->post_answered || c->i >= c->n)
+		return 0;
+	memcpy(&p, (const void *)&ss->ctl->post, sizeof(p));
+	if (p.gen != gen || ctl_get(ss, CW_POST) != gen)
+		return 0;
+	ss->post_answered = gen;
+	if (p.pos != ss->tx_pos || !fits(ss, sizeof(w), false) ||
+	    put_word(ss, W_TX, CW_CLAIM, gen))
+		return 0;   /* our records reach it first: the peer lets the offer go */
+	w.gen = gen;
+	w.len = c->iov[c->i].iov_len - c->off;
+	if (w.len > p.len)
+		w.len = p.len;
+	if (ctl_get(ss, CW_POST_CANCEL) >= gen) {
+		w.len = 0;  /* withdrawn, but the peer may have seen our claim: answer */
+	} else {
+		b.buf = (char *)c->iov[c->i].iov_base + c->off;
+		b.len = (uint32_t)w.len;
+		b.handle = t->lpWSPRegisterMemory(ss->ws, b.buf, b.len, MEM_READ, &err);
+		if (!b.handle)
+			w.len = 0;
+		else {
+			r = rdma_put(ss, p.desc, &b, 1, 0);
+			t->lpWSPDeregisterMemory(ss->ws, b.handle, &err);
+			if (r)
+				return broken(s, r);
+		}
+	}
+	r = write_record(s, REC_WZC, NULL, sizeof(w), &w);
+	if (r)
+		return r;
+	ring_data(s);
+	cur_skip(c, (size_t)w.len);
+	wsd_stat_add(s->stat, &s->stat->zcopy_tx, w.len);
+	return (ssize_t)w.len;
+}
+
 /* ---- receive ----------------------------------------------------------------- */
 
 static int zc_read(struct wsd_sock *s, struct wsd_zc *z, uint32_t at, struct cursor *c,
@@ -895,6 +1036,25 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 				consume(s, h);
 			continue;
 		}
+		if (h->type == REC_WZC) {
+			struct wsd_wzc w;
+
+			memcpy(&w, (uint8_t *)h + REC_HDR, sizeof(w));
+			pos += rec_size(h->len);
+			if (!peek)
+				consume(s, h);
+			if (!ss->post_active || w.gen != ss->post_gen)
+				continue;   /* the answer to an offer already let go */
+			/* the sender wrote w.len bytes at the cursor: nothing came before them */
+			n = (size_t)w.len;
+			post_release(ss);
+			cur_skip(c, n);
+			wsd_stat_add(s->stat, &s->stat->zcopy_rx, n);
+			done += n;
+			continue;
+		}
+		if (ss->post_active && !peek)
+			post_withdraw(s, false);   /* other data came first: the offer is void */
 		if (h->type == REC_BACK)
 			break;        /* check_back moves on once its count is there */
 		if (h->type == REC_FIN) {
@@ -1160,7 +1320,8 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 
 			*deadline = ms < 0 ? -1 : wsd_now_ms() + ms;
 		}
-		peek = s->rx_mode == DIR_RING && *deadline < 0;
+		peek = s->rx_mode == DIR_RING && *deadline < 0 &&
+		       !ctl_get(s->sess, CW_BACK_BELLS);
 	}
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
@@ -1186,7 +1347,7 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		 * and the stream's unread data would wake us at once: tick,
 		 * waking early only for a reset.
 		 */
-		if (s->rx_mode != DIR_RING) {
+		if (s->rx_mode != DIR_RING || (s->sess && ctl_get(s->sess, CW_BACK_BELLS))) {
 			p.events = 0;
 			if (ms < 0 || ms > TICK_MS)
 				ms = TICK_MS;
@@ -1263,6 +1424,44 @@ static bool spin_for_room(struct wsd_sock *s, uint32_t len, bool zc)
 	return false;
 }
 
+/* rx_lock held: worth offering the buffer at c to the sender (write-based zero copy)? */
+static bool may_post(struct wsd_sock *s, const struct cursor *c, int flags)
+{
+	return !(flags & MSG_PEEK) && s->sess && s->rx_mode == DIR_RING && !s->rx_back &&
+	       !s->pre && !s->sess->post_active && c->i < c->n &&
+	       c->iov[c->i].iov_len - c->off >= wsd_switch_params()->zcopy_threshold / 4;
+}
+
+/*
+ * rx_lock held: a receive leaves with n (bytes or -errno).  An offer still
+ * open is withdrawn; if the sender claimed it first, its data is on its
+ * way into the buffer, which stays the sender's until its WZC record
+ * comes: wait for that, and return its bytes.
+ */
+static ssize_t post_settle(struct wsd_sock *s, struct cursor *c, int flags, ssize_t n)
+{
+	struct wsd_session *ss = s->sess;
+
+	if (!ss || !ss->post_active || post_withdraw(s, true) != -EINPROGRESS)
+		return n;
+	for (int64_t end = wsd_now_ms() + 10000; ss->post_active;) {
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+		ssize_t k = rx_step(s, c, flags);
+
+		if (k > 0)
+			return n > 0 ? n + k : k;
+		if ((k < 0 && k != -EAGAIN) || k == 0 || wsd_now_ms() > end) {
+			/* the sender died or broke: nobody writes there any more */
+			post_release(ss);
+			break;
+		}
+		pthread_mutex_unlock(&s->rx_lock);
+		real.poll(&p, 1, 1);
+		pthread_mutex_lock(&s->rx_lock);
+	}
+	return n;
+}
+
 /*
  * A plain socket's prefix (after BACK): its bytes, 0 when spent, or -errno.
  * A blocking caller waits for a bell still on its way as for data, in the
@@ -1335,6 +1534,11 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 			pthread_mutex_unlock(&s->rx_lock);
 			return 0;
 		}
+		/* a large buffer is offered before the spin: the sender may write there */
+		if (n == -EAGAIN && !nonblock && may_post(s, c, flags)) {
+			post_offer(s, c);
+			n = rx_step(s, c, flags);
+		}
 		if (n == -EAGAIN && !nonblock && spin_for_data(s))
 			n = rx_step(s, c, flags);
 		if (n == -EAGAIN) {
@@ -1345,6 +1549,8 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 			if (n != -EAGAIN && !nonblock)
 				sleeper_leave(s);
 		}
+		if (n != -EAGAIN)
+			n = post_settle(s, c, flags, n);
 		pthread_mutex_unlock(&s->rx_lock);
 		if (n != -EAGAIN)
 			return n;
@@ -1353,8 +1559,12 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 			return -EAGAIN;
 		}
 		n = wait_fd(s, true, NULL);
-		if (n < 0)
+		if (n < 0) {
+			pthread_mutex_lock(&s->rx_lock);
+			n = post_settle(s, c, flags, n);
+			pthread_mutex_unlock(&s->rx_lock);
 			return n;
+		}
 	}
 }
 
@@ -1397,6 +1607,93 @@ static ssize_t epipe(int flags)
 }
 
 /*
+ * Two programs that both send before they read: each end waits for room in
+ * the other's ring, which nobody reads, and they would wait for each other
+ * for ever, where TCP's buffers (a few MiB) would have taken both blocks.
+ * tx_lock held, no room: the peer waits for room in our ring, which holds
+ * data (a hint: a thread here may read it in a moment).
+ */
+#define STALL_MS 50
+
+static bool mutual_wait(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+
+	return s->tx_mode == DIR_RING && s->rx_mode == DIR_RING &&
+	       ctl_get(ss, CW_SPACE_ARM) != ss->rung_space && rec_at(ss, ss->rx_pos);
+}
+
+/* tx_lock held: the stall is real: the connection goes back both ways. */
+static bool stall_back(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+
+	wsd_debug("switch: fd %d: both ends wait for room: back to the stream", s->fd);
+	if (!ss->back_asked && !put_word(ss, W_TX, CW_BACK_REQ, 1))
+		ss->back_asked = true;
+	return go_back(s) == 0;
+}
+
+__thread int wsd_recheck_ms = -1;
+
+/*
+ * tx_lock held, a sleeper, mutual_wait() true: wait up to STALL_MS for room.
+ * If neither end took anything meanwhile, the connection goes back to the
+ * stream both ways (we ask the peer, and go), and the kernel's buffers take
+ * the rest.  1 when this direction went back, else 0 (look again).
+ */
+static int stall_wait(struct wsd_sock *s, uint32_t len)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t rx0 = __atomic_load_n(&ss->rx_pos, __ATOMIC_RELAXED);
+	uint64_t c0 = ctl_get(ss, CW_CONSUMED);
+	int64_t end = wsd_now_ms() + STALL_MS, left;
+
+	pthread_mutex_unlock(&s->tx_lock);
+	while (!fits(ss, len, false) && (left = end - wsd_now_ms()) > 0) {
+		/* a peer gone back to the stream rings no more: tick */
+		struct pollfd p = { .fd = s->fd, .events = ctl_get(ss, CW_BACK_BELLS) ? 0 : POLLIN };
+
+		if (real.poll(&p, 1, p.events ? (int)left : TICK_MS) > 0)
+			break;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (s->sleepers == 1)
+		drain(s);
+	s->sleepers--;
+	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_lock(&s->tx_lock);
+	if (wsd_now_ms() < end || fits(ss, len, false) || !mutual_wait(s) ||
+	    __atomic_load_n(&ss->rx_pos, __ATOMIC_RELAXED) != rx0 ||
+	    ctl_get(ss, CW_CONSUMED) != c0)
+		return 0;
+	return stall_back(s);
+}
+
+/*
+ * tx_lock held, mutual_wait() true, for a wait in poll, select or epoll
+ * (which look again after wsd_recheck_ms): the same verdict, by the clock.
+ */
+static bool stall_check(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t rx = __atomic_load_n(&ss->rx_pos, __ATOMIC_RELAXED), c = ctl_get(ss, CW_CONSUMED);
+	int64_t now = wsd_now_ms();
+
+	if (!ss->stall_since || rx != ss->stall_rx || c != ss->stall_c) {
+		ss->stall_since = now;
+		ss->stall_rx = rx;
+		ss->stall_c = c;
+	} else if (now - ss->stall_since >= STALL_MS) {
+		ss->stall_since = 0;
+		return stall_back(s);
+	}
+	if (wsd_recheck_ms < 0 || wsd_recheck_ms > TICK_MS)
+		wsd_recheck_ms = TICK_MS;
+	return false;
+}
+
+/*
  * tx_lock held on entry and exit (dropped while sleeping): wait for room.
  * 0, 1 when this direction went back to the stream instead, or -errno.
  */
@@ -1430,6 +1727,11 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 			      ss->zc_sent : fits(ss, len, false)) {
 			sleeper_leave(s);
 			return 0;
+		}
+		if (!zc_wait && mutual_wait(s)) {
+			if (stall_wait(s, len))
+				return 1;
+			continue;
 		}
 		pthread_mutex_unlock(&s->tx_lock);
 		r = wait_fd(s, false, zc_wait ? &(int64_t){ -1 } : &deadline);
@@ -1504,7 +1806,25 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		}
 		return epipe(flags);
 	}
-	if (!nonblock && want >= p->zcopy_threshold && c->n - c->i == 1 && want <= (1u << 30)) {
+	/* the receiver offered its buffer: write straight into it */
+	if (want >= 16384) {
+		ssize_t k = send_posted(s, c);
+
+		if (k < 0)
+			return k;
+		done = (size_t)k;
+		if (done == want)
+			return (ssize_t)done;
+	}
+	/*
+	 * Read-based zero copy returns only once the receiver has read it all,
+	 * so only when the receiver sleeps waiting for our data (armed, not yet
+	 * rung): one that is busy, or sending to us itself, gets a copy it can
+	 * take later, as from TCP's buffer, and two programs that both send
+	 * before they read do not wait for each other for ever.
+	 */
+	if (!done && !nonblock && want >= p->zcopy_threshold && c->n - c->i == 1 &&
+	    want <= (1u << 30) && ctl_get(ss, CW_DATA_ARM) != ss->rung_data) {
 		ssize_t n = send_zc(s, (const uint8_t *)c->iov[c->i].iov_base + c->off, want);
 
 		if (n > 0)
@@ -1650,12 +1970,18 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 		return kernel & (POLLIN | POLLHUP | POLLERR);
 	for (;;) {
 		struct wsd_rec *h = rec_at(ss, ss->rx_pos);
+		struct wsd_wzc w;
 
 		if (!h)
 			return false;
-		if (h->type != REC_PAD)
+		if (h->type == REC_WZC) {
+			memcpy(&w, (uint8_t *)h + REC_HDR, sizeof(w));
+			if (ss->post_active && w.gen == ss->post_gen)
+				return true;
+		} else if (h->type != REC_PAD) {
 			return true;
-		consume(s, h);
+		}
+		consume(s, h);   /* a pad, or the answer to an offer let go: nothing to read */
 	}
 }
 
@@ -1732,8 +2058,14 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 			struct wsd_session *ss = s->sess;
 
 			put_word(ss, W_TX, CW_SPACE_ARM, ++ss->space_gen);
-			if (fits(ss, ss->peer_ring / 4, false))
+			if (fits(ss, ss->peer_ring / 4, false)) {
 				r |= POLLOUT;
+			} else if (mutual_wait(s) && stall_check(s)) {
+				struct pollfd p = { .fd = s->fd, .events = POLLOUT };
+
+				if (real.poll(&p, 1, 0) == 1)
+					r |= p.revents & (POLLOUT | POLLERR | POLLHUP);
+			}
 		}
 		pthread_mutex_unlock(&s->tx_lock);
 	}

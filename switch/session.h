@@ -9,7 +9,7 @@
 #include "switch/switch.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 2u
+#define WSD_PROTO_VERSION 3u
 
 /* Handshake messages (WSPSend on the SPI connection), little-endian. */
 enum { MSG_HELLO = 1, MSG_ACCEPT = 2, MSG_REFUSE = 3 };
@@ -43,6 +43,9 @@ enum {
 	CW_BACK_REQ,     /* the peer asks us to send by the stream again */
 	CW_BACK_BELLS,   /* the peer's doorbells on the stream + 1, once it went
 			    back: its stream bytes after those are data */
+	CW_POST,         /* the peer offers its receive buffer (post.gen), or 0 */
+	CW_POST_CANCEL,  /* the peer withdrew its offer of this generation */
+	CW_CLAIM,        /* the peer is writing into our offered buffer (generation) */
 	CW_N
 };
 
@@ -50,13 +53,30 @@ struct wsd_word {
 	_Atomic uint64_t v, check;
 };
 
-struct wsd_ctl {
-	struct wsd_word w[CW_N];
+/* A receive buffer offered for a write-based zero-copy transfer. */
+struct wsd_post {
+	uint64_t gen;                /* one more each offer */
+	uint64_t pos;                /* the offerer's ring position: valid only there */
+	uint64_t len;
+	uint64_t pad;
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
 };
 
-#define CTL_SIZE 128u
+struct wsd_ctl {
+	struct wsd_word w[CW_N];
+	struct wsd_post post;        /* written before CW_POST names its generation */
+};
 
-enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5, REC_BACK = 6 };
+#define CTL_SIZE 256u
+_Static_assert(sizeof(struct wsd_ctl) <= CTL_SIZE, "control area");
+
+enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5, REC_BACK = 6,
+       REC_WZC = 7 };
+
+/* REC_WZC's payload: the offer it answers, and the bytes written into it (0: declined). */
+struct wsd_wzc {
+	uint64_t gen, len;
+};
 
 /* A record: header, payload padded to 16, trailer (not for PAD). */
 struct wsd_rec {
@@ -117,6 +137,16 @@ struct wsd_session {
 	uint64_t bells_rx;           /* mu */
 	bool back_asked;             /* we wrote the peer's back_req */
 	_Atomic uint64_t seen[CW_N];  /* the control words' last checked values */
+	/* our offer of a receive buffer (rx_lock) */
+	bool post_active;
+	uint64_t post_gen;
+	uint8_t post_desc[WSP_RDMA_DESCRIPTOR_SIZE];
+	uint32_t post_dlen;
+	/* the peer's offers we answered (tx_lock) */
+	uint64_t post_answered;
+	/* a wait for room both ends share, seen from poll (tx_lock) */
+	int64_t stall_since;
+	uint64_t stall_rx, stall_c;
 };
 
 /* Make a session on a connected SPI socket: our region registered. */

@@ -200,6 +200,8 @@ void wsd_sock_refd(struct wsd_sock *s, int closed_fd);
 
 /* True when the socket carries data outside the kernel stream (either way). */
 bool wsd_sock_accel(struct wsd_sock *s);
+/* An accelerated socket whose sending side is (still, or again) the stream. */
+bool wsd_sock_tx_stream(struct wsd_sock *s);
 
 /*
  * The data calls.  buf/iov as the application gave them; flags MSG_*.
@@ -226,6 +228,14 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel_revents, b
  * when the socket is ready now.
  */
 uint64_t wsd_sock_rx_mark(struct wsd_sock *s);
+
+/*
+ * Set (lowered) by wsd_sock_revents() when a socket's state must be looked
+ * at again within this many ms though nothing wakes the wait (a wait for
+ * room both ends share); -1 for none.  The readiness calls reset it before
+ * they look, and bound their sleep by it.
+ */
+extern __thread int wsd_recheck_ms;
 void wsd_sock_arm(struct wsd_sock *s, short events);
 
 /* FIONREAD of an accelerated socket, or -1 when the kernel's answer holds. */
@@ -282,7 +292,7 @@ char *wsd_prefix_env(void);
 
 /* ---- readiness calls (poll.c) ------------------------------------------------- */
 
-/* s just became accelerated: move its epoll registrations to the doorbell. */
+/* s was accelerated, or became plain, or its sending side moved: re-register it in epoll sets. */
 void wsd_poll_sock_accelerated(struct wsd_sock *s);
 /* s's last fd closed: forget its epoll registrations. */
 void wsd_poll_sock_gone(struct wsd_sock *s);

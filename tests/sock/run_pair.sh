@@ -49,7 +49,7 @@ fi
 echo "ok: $(wc -l <"$tmp/plain.out") transcript lines, exit 0"
 
 echo "== $name, under wsd run (WSD_EXPECT_PATH=${WSD_PAIR_PATH:-shm})"
-WSD_EXPECT_PATH=${WSD_PAIR_PATH:-shm} $bound "$wsd" run -- "$prog" "$@" \
+WSD_EXPECT_PATH=${WSD_PAIR_PATH:-shm} WSD_BIN=$wsd $bound "$wsd" run -- "$prog" "$@" \
 	>"$tmp/wsd.out" 2>"$tmp/wsd.err"
 under=$?
 cat "$tmp/wsd.err" >&2
