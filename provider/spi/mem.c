@@ -22,6 +22,7 @@ struct range {
 };
 
 static void apply_pending(struct wsp_provider *pv);
+static void sweep(struct wsp_provider *pv);
 
 static long page_size(void)
 {
@@ -99,6 +100,7 @@ struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf, size_t len
 		return NULL;
 	}
 	apply_pending(pv);
+	sweep(pv);
 	for (e = pv->cache; e; e = e->next) {
 		if (!e->stale && a >= e->addr && a + len <= e->addr + e->len &&
 		    (e->flags & flags) == flags) {
@@ -218,15 +220,29 @@ int WSPDeregisterMemory(SOCKET h, uint64_t handle, int *err)
 }
 
 
-/* lock held: forget what was cached over [a, a + len) (everything if len is 0). */
+/*
+ * lock held: forget what was cached over [a, a + len): mark it stale, never
+ * to be found again.  len 0: the ranges were lost (too many freed while the
+ * lock was busy): forget every entry not in use; one in use keeps working
+ * (its memory went away only if its user freed it while registered, and then
+ * the copy itself faults), or every connection would fail at once.  Only marked: this runs from
+ * the memory hooks, inside whatever unmapped the memory, and that may be the
+ * provider itself holding an adapter's lock (a connection's rings going
+ * away), which deregistering would take again.  sweep() drops the entries.
+ */
 static void apply_range(struct wsp_provider *pv, uintptr_t a, size_t len)
+{
+	for (struct rc_entry *e = pv->cache; e; e = e->next)
+		if (len ? e->addr < a + len && a < e->addr + e->len : !e->refs)
+			e->stale = true;
+}
+
+/* lock held, called by the SPI's own calls only: drop the unused stale entries. */
+static void sweep(struct wsp_provider *pv)
 {
 	for (struct rc_entry *e = pv->cache, *n; e; e = n) {
 		n = e->next;
-		if (len && (e->addr >= a + len || a >= e->addr + e->len))
-			continue;
-		e->stale = true;
-		if (!e->refs)
+		if (e->stale && !e->refs)
 			entry_drop(pv, e);
 	}
 }

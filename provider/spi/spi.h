@@ -94,7 +94,7 @@ struct rc_entry {
 	bool stale;                      /* its memory is going away: never reuse */
 };
 
-#define WSP_PENDING_INVAL 64
+#define WSP_PENDING_INVAL 256
 
 struct wsp_provider {
 	pthread_mutex_t lock;
