@@ -1214,13 +1214,21 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 		check_switch(s);
 		if (s->rx_mode != DIR_TCP) {
 			uint64_t left = s->rx_switch_at - s->tcp_rx;
+			bool eof = n == 0;   /* the kernel's end, not bells cut off below */
 
-			if (n > 0 && (uint64_t)n > left)
+			if (n > 0 && (uint64_t)n > left) {
+				if (!(flags & MSG_PEEK)) {
+					/* read, and not data: BACK counts them */
+					pthread_mutex_lock(&s->mu);
+					s->sess->bells_rx += (uint64_t)n - left;
+					pthread_mutex_unlock(&s->mu);
+				}
 				n = (ssize_t)left;
+			}
 			if (n == 0 || n == -EAGAIN) {
 				if (!left)
 					s->rx_mode = DIR_RING;
-				if (n == 0 && !left)
+				if (eof && !left)
 					s->tcp_eof = true;
 				continue;
 			}
