@@ -251,4 +251,14 @@ WSD_HIDDEN int64_t wsd_spin_ns(void);
 WSD_HIDDEN void wsd_cq_quiet(struct nd_cq *cq);
 WSD_HIDDEN void wsd_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/*
+ * The library's own threads at work (counted from their creation until
+ * their first wait, then for each unit of work).  fork waits for 0 before
+ * it goes on: an allocator without fork handling (the sanitizers') would
+ * otherwise leave the child a lock one of them held, and the child's first
+ * allocation of that size waits for ever.  wsd_threads_idle waits up to ms.
+ */
+WSD_HIDDEN extern _Atomic int wsd_threads_busy;
+WSD_HIDDEN void wsd_threads_idle(int ms);
+
 #endif

@@ -2,6 +2,8 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
@@ -108,4 +110,13 @@ int64_t wsd_spin_ns(void)
 {
 	pthread_once(&spin_once, spin_init);
 	return spin_ns;
+}
+
+_Atomic int wsd_threads_busy;
+
+void wsd_threads_idle(int ms)
+{
+	for (int64_t end = wsd_now_ms() + ms;
+	     atomic_load(&wsd_threads_busy) > 0 && wsd_now_ms() < end;)
+		sched_yield();
 }

@@ -406,6 +406,8 @@ static void before_fork(void)
 	struct sock_list l = { 0 };
 	int64_t end;
 
+	/* our threads between two pieces of work: none inside the allocator */
+	wsd_threads_idle(200);
 	if (!wsd_fd_any())
 		return;
 	wsd_fd_each(note_fork, &l);

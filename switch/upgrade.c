@@ -333,8 +333,13 @@ static void *acceptor(void *arg)
 	int err;
 
 	for (;;) {
-		SOCKET ws = procs.lpWSPAccept(r->ls, NULL, NULL, NULL, 0, &err);
-		int64_t closed = atomic_load(&r->closed_at);
+		SOCKET ws;
+		int64_t closed;
+
+		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_idle) */
+		ws = procs.lpWSPAccept(r->ls, NULL, NULL, NULL, 0, &err);
+		atomic_fetch_add(&wsd_threads_busy, 1);
+		closed = atomic_load(&r->closed_at);
 
 		if (closed && wsd_now_ms() - closed > REG_GRACE_MS) {
 			struct reg **pp;
@@ -365,6 +370,7 @@ static void *acceptor(void *arg)
 	}
 	procs.lpWSPCloseSocket(r->ls, &err);
 	free(r);
+	atomic_fetch_sub(&wsd_threads_busy, 1);
 	return NULL;
 }
 
@@ -419,7 +425,9 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 	}
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
 	if (pthread_create(&t, &at, acceptor, r)) {
+		atomic_fetch_sub(&wsd_threads_busy, 1);
 		procs.lpWSPCloseSocket(r->ls, &err);
 		free(r);
 	} else {
@@ -557,8 +565,10 @@ static void *worker(void *arg)
 		struct job *j;
 
 		pthread_mutex_lock(&up_lock);
+		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_idle) */
 		while (!jobs)
 			pthread_cond_wait(&jobs_cv, &up_lock);
+		atomic_fetch_add(&wsd_threads_busy, 1);
 		j = jobs;
 		jobs = j->next;
 		if (!jobs)
@@ -581,7 +591,10 @@ static bool start_worker(void)
 
 		pthread_attr_init(&at);
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
 		worker_up = pthread_create(&t, &at, worker, NULL) == 0;
+		if (!worker_up)
+			atomic_fetch_sub(&wsd_threads_busy, 1);
 		pthread_attr_destroy(&at);
 	}
 	return worker_up;
@@ -667,6 +680,7 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 
 void wsd_upgrade_atfork_child(void)
 {
+	atomic_store(&wsd_threads_busy, 0);   /* the child has none of our threads */
 	pthread_mutex_init(&up_lock, NULL);
 	pthread_mutex_init(&pend_lock, NULL);
 	pthread_cond_init(&jobs_cv, NULL);
