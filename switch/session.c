@@ -2360,10 +2360,9 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 	while (!s->rx_back) {
 		struct iovec v = { tmp, 65536 };
 		struct cursor c = { &v, 1, 0, 0 };
-		ssize_t n;
+		/* (rx_step serves the peer's own request: it may be downgrading too) */
+		ssize_t n = rx_step(s, &c, 0);
 
-		serve_back_unlocked(s);         /* the peer may be downgrading too */
-		n = rx_step(s, &c, 0);
 		if (n > 0) {
 			if ((r = stash_add(&st, tmp, (size_t)n)))
 				break;
@@ -2379,8 +2378,9 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 			r = -ETIMEDOUT;
 			break;
 		}
+		/* nothing now (or the peer's FIN, its BACK to follow): wait a little */
 		arm_data(s, false);
-		if (!rec_at(ss, ss->rx_pos)) {
+		{
 			struct pollfd p = { .fd = s->fd, .events = POLLIN };
 
 			if (real.poll(&p, 1, 1) > 0)

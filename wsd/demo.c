@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,8 @@ struct side {
 	struct nd_ep *ep;
 	uint8_t *buf;          /* receive slots, or the pattern */
 	struct nd_mr *mr;
+	bool held;             /* a receive that came while we waited for another kind */
+	struct nd_result held_r;
 };
 
 
@@ -56,6 +59,33 @@ static struct nd_result wait_one(struct side *s)
 	if (r.status != ND_SUCCESS)
 		die("request failed", r.status);
 	return r;
+}
+
+/*
+ * The next completion of kind op.  A receive that completes first is kept
+ * for the next wait for a receive: a send completes only when the peer has
+ * taken it, and the peer may answer at once, so the answer can be reported
+ * before the send that asked for it.
+ */
+static struct nd_result wait_op(struct side *s, enum nd_op op)
+{
+	for (;;) {
+		struct nd_result r;
+
+		if (op == ND_OP_RECEIVE && s->held) {
+			s->held = false;
+			return s->held_r;
+		}
+		r = wait_one(s);
+		if (r.op == op)
+			return r;
+		if (r.op == ND_OP_RECEIVE) {
+			if (s->held)
+				die("two receives unclaimed", ND_FAILURE);
+			s->held = true;
+			s->held_r = r;
+		}
+	}
 }
 
 static void side_open(struct side *s, size_t buflen)
@@ -95,7 +125,7 @@ static void post_recv(struct side *s, size_t msg, unsigned slot)
 /* The process that listens: receives the stream, then offers a window. */
 static int server(struct sockaddr_in *sa, uint64_t bytes, size_t msg, int ready_fd)
 {
-	struct side s;
+	struct side s = { 0 };
 	struct nd_listener *l;
 	struct nd_conn_request *req;
 	struct nd_mw *mw;
@@ -122,14 +152,11 @@ static int server(struct sockaddr_in *sa, uint64_t bytes, size_t msg, int ready_
 		post_recv(&s, msg, slot);
 	}
 	/* the sender's checksum comes last */
-	for (;;) {
-		struct nd_result r = wait_one(&s);
+	{
+		struct nd_result r = wait_op(&s, ND_OP_RECEIVE);
 
-		if (r.op == ND_OP_RECEIVE) {
-			memcpy(&peer_h, s.buf + (size_t)(uintptr_t)r.request_context * msg, 8);
-			post_recv(&s, msg, (unsigned)(uintptr_t)r.request_context);
-			break;
-		}
+		memcpy(&peer_h, s.buf + (size_t)(uintptr_t)r.request_context * msg, 8);
+		post_recv(&s, msg, (unsigned)(uintptr_t)r.request_context);
 	}
 	if (peer_h != h) {
 		fprintf(stderr, "wsd demo: send/receive checksum MISMATCH\n");
@@ -148,7 +175,7 @@ static int server(struct sockaddr_in *sa, uint64_t bytes, size_t msg, int ready_
 		}
 		TRY("create window", nd_mw_create(s.ad, &mw));
 		TRY("bind", nd_ep_bind(s.ep, NULL, s.mr, mw, pat, PATTERN, ND_OP_FLAG_ALLOW_READ, &d));
-		(void)wait_one(&s);
+		(void)wait_op(&s, ND_OP_BIND);
 		msgbuf[0] = d.base;
 		msgbuf[1] = d.length;
 		msgbuf[2] = d.token;
@@ -156,14 +183,9 @@ static int server(struct sockaddr_in *sa, uint64_t bytes, size_t msg, int ready_
 		TRY("register", nd_mr_register(s.ad, msgbuf, sizeof(msgbuf), 0, &mmr));
 		sge.mr = mmr;
 		TRY("send descriptor", nd_ep_send(s.ep, NULL, &sge, 1, 0));
-		(void)wait_one(&s);
+		(void)wait_op(&s, ND_OP_SEND);
 		/* The reader says it is done with a send-and-invalidate of our window. */
-		for (;;) {
-			struct nd_result r = wait_one(&s);
-
-			if (r.op == ND_OP_RECEIVE)
-				break;
-		}
+		(void)wait_op(&s, ND_OP_RECEIVE);
 		nd_mr_deregister(mmr);
 	}
 	/* the peer's disconnect may already have ended the connection */
@@ -176,7 +198,7 @@ static int server(struct sockaddr_in *sa, uint64_t bytes, size_t msg, int ready_
 
 static int client(struct sockaddr_in *sa, uint64_t bytes, size_t msg)
 {
-	struct side s;
+	struct side s = { 0 };
 	uint8_t *pat;
 	uint64_t x = 88172645463325252ull, h = 0xcbf29ce484222325ull, sent = 0, off = 0;
 	uint64_t d[4];
@@ -221,20 +243,14 @@ static int client(struct sockaddr_in *sa, uint64_t bytes, size_t msg)
 
 		memcpy(tail, &h, 8);
 		TRY("send checksum", nd_ep_send(s.ep, NULL, &sge, 1, 0));
-		(void)wait_one(&s);
+		(void)wait_op(&s, ND_OP_SEND);
 	}
 	printf("send/receive: %" PRIu64 " bytes in %zu-byte messages, %.3f s, %.0f MB/s, "
 	       "checksum %016" PRIx64 " verified by the receiver\n",
 	       sent, msg, t1 - t0, sent / (t1 - t0) / 1e6, h);
-	/* the descriptor of the server's window */
-	for (;;) {
-		struct nd_result r = wait_one(&s);
-
-		if (r.op == ND_OP_RECEIVE) {
-			memcpy(d, s.buf + (size_t)(PATTERN + msg) / 64 * 64, sizeof(d));
-			break;
-		}
-	}
+	/* the descriptor of the server's window (which may have come first) */
+	(void)wait_op(&s, ND_OP_RECEIVE);
+	memcpy(d, s.buf + (size_t)(PATTERN + msg) / 64 * 64, sizeof(d));
 	{
 		struct nd_mw_descriptor desc = { d[0], d[1], d[2] };
 		uint64_t read = 0, rounds = 0;
@@ -248,7 +264,7 @@ static int client(struct sockaddr_in *sa, uint64_t bytes, size_t msg)
 				struct nd_sge sge = { pat + o, (uint32_t)chunk, s.mr };
 
 				TRY("read", nd_ep_read(s.ep, NULL, &sge, 1, &desc, o, 0));
-				(void)wait_one(&s);
+				(void)wait_op(&s, ND_OP_READ);
 			}
 			hh = checksum_step(hh, pat, desc.length);
 			if (hh != d[3]) {
@@ -268,7 +284,7 @@ static int client(struct sockaddr_in *sa, uint64_t bytes, size_t msg)
 
 			TRY("send and invalidate",
 			    nd_ep_send_invalidate(s.ep, NULL, &sge, 0, &desc, 0));
-			(void)wait_one(&s);
+			(void)wait_op(&s, ND_OP_SEND_INVALIDATE);
 		}
 	}
 	/* either end may disconnect first; the other then finds it done */
