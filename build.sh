@@ -3,7 +3,7 @@
 #   ./build.sh demo    install what is missing, build, run the demo (the main job)
 #   ./build.sh check   install what is missing, build, run the whole test suite
 #   ./build.sh asan    the same tests in a separate AddressSanitizer/UBSan build
-#   ./build.sh bench   build and print the endpoint benchmark's figures
+#   ./build.sh bench   build and print the benchmarks' figures (bench_nd, wsd bench)
 set -eu
 cd "$(dirname "$0")"
 
@@ -58,6 +58,7 @@ bench)
 	make -j"$(nproc)" tests/bench_nd tests/sock/connrate
 	./tests/bench_nd
 	./tests/sock/connrate_bench.sh
+	./wsd/wsd bench --svg wsd-bench.svg
 	;;
 *)
 	echo "usage: ./build.sh demo|check|asan|bench" >&2

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The wsd command: info, demo, run, stat (bench comes with the switch). */
+/* The wsd command: info, demo, run, stat, bench. */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +12,8 @@ static int usage(FILE *f)
 		   "       wsd demo [--bytes N[K|M|G]] [--msg N[K|M]]\n"
 		   "       wsd run [options] -- PROGRAM [ARGS...]\n"
 		   "       wsd stat [--json] [PID...]\n"
+		   "       wsd bench [--quick] [--rounds N] [--transport T] [--peer ADDRESS]\n"
+		   "                 [--port N] [--svg FILE] | wsd bench --serve [--port N]\n"
 		   "see wsd(1)\n");
 	return f == stderr ? 2 : 0;
 }
@@ -63,6 +65,10 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stat"))
 		return cmd_stat(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "bench"))
+		return cmd_bench(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "bench-worker"))   /* wsd bench's own programs */
+		return cmd_bench_worker(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
 		return usage(stdout);
 	fprintf(stderr, "wsd: unknown command '%s'\n", argv[1]);

@@ -1,0 +1,51 @@
+#!/bin/sh
+# wsd bench, short (--quick): every section and verdict line printed, the
+# wsd runs accelerated, a chart that parses as SVG; and the same through
+# `wsd bench --serve` and --peer on loopback.  The figures themselves are
+# not judged here: ./build.sh bench prints them (targets: wsd(1)).
+set -u
+wsd=${top_builddir:-.}/wsd/wsd
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
+command -v python3 >/dev/null 2>&1 || { echo "FAIL: python3 is needed (./build.sh installs it)"; exit 1; }
+tmp=$(mktemp -d)
+spid=
+trap '[ -n "$spid" ] && kill $spid 2>/dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+check() {   # check OUTPUT SVG
+	for s in "throughput, 1 stream" "throughput, 4 streams" "round trip" "short-lived"; do
+		grep -q "== $s" "$1" || fail "no '$s' section: $(cat "$1")"
+	done
+	for v in tput_1MiB_1stream_ratio rtt_64B_one_core_p50_ratio short_lived_connections_ratio \
+		 cpu_per_GiB_ratio; do
+		grep -Eq "^bench: $v [0-9.]+ .*(MET|MISSED)$" "$1" || fail "no verdict for $v"
+	done
+	grep -q "^bench: wsd_runs_not_accelerated 0$" "$1" ||
+		fail "a wsd run was not accelerated: $(grep not_accelerated "$1")"
+	python3 -c 'import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); assert d.documentElement.tagName == "svg"; assert len(d.getElementsByTagName("rect")) == 14' "$2" ||
+		fail "the chart is not an SVG with 14 bars"
+}
+
+timeout -k 5 300 "$wsd" bench --quick --svg "$tmp/a.svg" >"$tmp/a.out" 2>"$tmp/a.err" ||
+	fail "wsd bench --quick failed: $(cat "$tmp/a.err")"
+check "$tmp/a.out" "$tmp/a.svg"
+echo "ok: wsd bench --quick"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$wsd" bench --serve --port "$port" >"$tmp/serve.out" 2>&1 &
+spid=$!
+n=0
+until grep -q serving "$tmp/serve.out"; do
+	n=$((n + 1)); [ $n -le 50 ] || fail "wsd bench --serve did not start: $(cat "$tmp/serve.out")"
+	sleep 0.1
+done
+timeout -k 5 300 "$wsd" bench --quick --peer 127.0.0.1 --port "$port" --svg "$tmp/b.svg" \
+	>"$tmp/b.out" 2>"$tmp/b.err" || fail "wsd bench --peer failed: $(cat "$tmp/b.err")"
+check "$tmp/b.out" "$tmp/b.svg"
+echo "ok: wsd bench --peer against wsd bench --serve"
+
+"$wsd" bench --rounds 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--rounds 0 is not a usage error"
+"$wsd" bench --transport bogus >/dev/null 2>&1
+[ $? -eq 2 ] || fail "an unknown transport is not a usage error"
+echo "ok: usage errors"

@@ -1,0 +1,537 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wsd bench: the same workloads over kernel TCP and through wsd, pair by
+ * pair (plain, wsd, plain, wsd ...), medians and ratios, an SVG chart.
+ * The programs measured are wsd's bench workers (bench_work.c), run plain
+ * or under `wsd run`; with --peer their servers run on another host, in
+ * `wsd bench --serve` there.  wsd(1) documents the options and the output.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "wsd/cmd.h"
+
+#define CTL_PORT 47801
+#define MAXR 9
+
+struct opts {
+	int rounds, warm_ms, run_ms, lat_count, conn_count;
+	const char *transport, *peer, *svg;
+	int ctl_port;
+};
+
+static char self[PATH_MAX];
+static int failures;            /* measurements that did not run */
+
+/* A worker: its output lines, from a pipe or from the peer's --serve. */
+struct proc {
+	pid_t pid;              /* 0 for a remote one */
+	FILE *out;
+};
+
+static int spawn(struct proc *p, bool wsd, const char *transport, char *const args[])
+{
+	char *argv[32];
+	int fds[2], n = 0;
+
+	if (pipe2(fds, O_CLOEXEC))
+		return -1;
+	argv[n++] = self;
+	if (wsd) {
+		argv[n++] = "run";
+		argv[n++] = "--";
+		argv[n++] = self;
+	}
+	argv[n++] = "bench-worker";
+	for (int i = 0; args[i] && n < 31; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	p->pid = fork();
+	if (p->pid < 0)
+		return -1;
+	if (p->pid == 0) {
+		dup2(fds[1], 1);
+		if (transport)
+			setenv("WSD_TRANSPORT", transport, 1);
+		if (!wsd)
+			unsetenv("LD_PRELOAD");
+		execv(self, argv);
+		_exit(127);
+	}
+	close(fds[1]);
+	p->out = fdopen(fds[0], "r");
+	return p->out ? 0 : -1;
+}
+
+/* A server on the peer: its --serve runs the worker and passes its lines on. */
+static int remote(struct proc *p, const struct opts *o, bool wsd, char *const args[])
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)o->ctl_port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	char line[512];
+	size_t len = 0;
+
+	if (fd < 0 || inet_pton(AF_INET, o->peer, &a.sin_addr) != 1 ||
+	    connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		fprintf(stderr, "wsd bench: no wsd bench --serve at %s:%d: %s\n", o->peer,
+			o->ctl_port, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	len = (size_t)snprintf(line, sizeof(line), "%s %s", wsd ? "wsd" : "plain",
+			       o->transport ? o->transport : "-");
+	for (int i = 0; args[i] && len < sizeof(line) - 64; i++)
+		len += (size_t)snprintf(line + len, sizeof(line) - len, " %s", args[i]);
+	len += (size_t)snprintf(line + len, sizeof(line) - len, "\n");
+	if (write(fd, line, len) != (ssize_t)len) {
+		close(fd);
+		return -1;
+	}
+	p->pid = 0;
+	p->out = fdopen(fd, "r");
+	return p->out ? 0 : -1;
+}
+
+/* The next line from a worker, without its newline; false at its end. */
+static bool next_line(struct proc *p, char *buf, size_t len)
+{
+	if (!fgets(buf, (int)len, p->out))
+		return false;
+	buf[strcspn(buf, "\n")] = 0;
+	return true;
+}
+
+static bool reap(struct proc *p)
+{
+	int st = 0;
+
+	fclose(p->out);
+	if (!p->pid)
+		return true;
+	return waitpid(p->pid, &st, 0) == p->pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/*
+ * One measurement: a server (here or on the peer), then the client here
+ * with "PORT" in its arguments replaced.  The lines each printed last.
+ */
+static bool pair(const struct opts *o, bool wsd, char *srv[], char *cli[], char *srv_out,
+		 char *cli_out)
+{
+	struct proc s, c;
+	char line[256], port[16] = "";
+	char *args[16];
+	bool ok;
+
+	if ((o->peer ? remote(&s, o, wsd, srv) : spawn(&s, wsd, o->transport, srv)) ||
+	    !next_line(&s, line, sizeof(line)) || sscanf(line, "port %15s", port) != 1) {
+		fprintf(stderr, "wsd bench: the %s server did not start\n", srv[0]);
+		failures++;
+		return false;
+	}
+	for (int i = 0; (args[i] = cli[i]); i++)
+		if (!strcmp(cli[i], "PORT"))
+			args[i] = port;
+	ok = !spawn(&c, wsd, o->transport, args);
+	cli_out[0] = srv_out[0] = 0;
+	while (ok && next_line(&c, line, 256))
+		strcpy(cli_out, line);
+	ok = reap(&c) && ok && cli_out[0];
+	while (next_line(&s, line, sizeof(line)))
+		strcpy(srv_out, line);
+	ok = reap(&s) && ok && srv_out[0];
+	if (!ok) {
+		fprintf(stderr, "wsd bench: %s (%s) failed\n", cli[0], wsd ? "wsd" : "plain");
+		failures++;
+	}
+	return ok;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n ? v[n / 2] : 0;
+}
+
+static const char *human(double bytes, char *buf, size_t len)
+{
+	if (bytes >= 1 << 20)
+		snprintf(buf, len, "%g MiB", bytes / (1 << 20));
+	else if (bytes >= 1024)
+		snprintf(buf, len, "%g KiB", bytes / 1024);
+	else
+		snprintf(buf, len, "%g B", bytes);
+	return buf;
+}
+
+/* ---- the workloads ------------------------------------------------------------------- */
+
+static const long sizes[] = { 64, 1024, 16384, 65536, 262144, 1 << 20, 4 << 20 };
+#define NSIZES (int)(sizeof(sizes) / sizeof(sizes[0]))
+
+struct results {
+	double tput[2][NSIZES][2];      /* [streams 1, 4][size][plain, wsd] MB/s */
+	double cpu_gib[2];              /* ms of CPU per GiB, both ends, 1 MiB, 1 stream */
+	double rtt[2][3][2][2];         /* [across, one core][64, 1K, 64K][plain, wsd][p50, p99] */
+	bool rtt_done[2];
+	double conn[2];                 /* connections/s */
+	int off_path;                   /* wsd runs whose connection took another path */
+};
+
+/* A wsd run's client reports its connection's path: count the ones not accelerated. */
+static void check_path(struct results *res, int wsd, const char *line)
+{
+	const char *p = strstr(line, " path ");
+
+	if (wsd && (!p || (strcmp(p + 6, "shm") && strcmp(p + 6, "verbs"))))
+		res->off_path++;
+}
+
+static void measure_tput(const struct opts *o, const char *host, struct results *res)
+{
+	static const int streams[2] = { 1, 4 };
+	char sz[24], st[8], warm[16], run[16], so[256], co[256];
+
+	snprintf(warm, sizeof(warm), "%d", o->warm_ms);
+	snprintf(run, sizeof(run), "%d", o->run_ms);
+	for (int k = 0; k < 2; k++) {
+		printf("\n== throughput, %d stream%s, MB/s (median of %d; plain and wsd in turns)\n",
+		       streams[k], streams[k] > 1 ? "s" : "", o->rounds);
+		printf("   %-9s %10s %10s %7s\n", "message", "plain", "wsd", "ratio");
+		snprintf(st, sizeof(st), "%d", streams[k]);
+		for (int i = 0; i < NSIZES; i++) {
+			double v[2][MAXR], cpu[2][MAXR];
+			char *srv[] = { "tput-srv", (char *)host, st, "-1", NULL };
+			char *cli[] = { "tput-cli", (char *)host, "PORT", sz, st, warm, run, "-1",
+					NULL };
+
+			snprintf(sz, sizeof(sz), "%ld", sizes[i]);
+			for (int r = 0; r < o->rounds; r++)
+				for (int w = 0; w < 2; w++) {
+					unsigned long long b = 0, sb = 0, cc = 0, sc = 0;
+					double secs = 0;
+
+					v[w][r] = cpu[w][r] = 0;
+					if (!pair(o, w, srv, cli, so, co) ||
+					    sscanf(co, "bytes %llu secs %lf cpu_us %llu", &b, &secs,
+						   &cc) != 3 ||
+					    sscanf(so, "bytes %llu secs %*f cpu_us %llu", &sb, &sc) != 2)
+						continue;
+					check_path(res, w, co);
+					v[w][r] = secs > 0 ? b / secs / 1e6 : 0;
+					cpu[w][r] = sb ? (cc + sc) / 1e3 / (sb / 1073741824.0) : 0;
+				}
+			res->tput[k][i][0] = median(v[0], o->rounds);
+			res->tput[k][i][1] = median(v[1], o->rounds);
+			if (k == 0 && sizes[i] == 1 << 20) {
+				res->cpu_gib[0] = median(cpu[0], o->rounds);
+				res->cpu_gib[1] = median(cpu[1], o->rounds);
+			}
+			{
+				char h[32];
+
+				printf("   %-9s %10.0f %10.0f %7.2f\n",
+				       human((double)sizes[i], h, sizeof(h)), res->tput[k][i][0],
+				       res->tput[k][i][1],
+				       res->tput[k][i][0] ? res->tput[k][i][1] / res->tput[k][i][0]
+							  : 0);
+			}
+			fflush(stdout);
+		}
+	}
+}
+
+static void measure_rtt(const struct opts *o, const char *host, struct results *res)
+{
+	static const char *const lsz[3] = { "64", "1024", "65536" };
+	static const char *const cpus[2][2] = { { "0", "1" }, { "0", "0" } };
+	char cnt[16], so[256], co[256];
+	cpu_set_t set;
+	int ncpu = sched_getaffinity(0, sizeof(set), &set) ? 1 : CPU_COUNT(&set);
+
+	snprintf(cnt, sizeof(cnt), "%d", o->lat_count);
+	for (int p = 0; p < 2; p++) {
+		if (p == 0 && ncpu < 2)
+			continue;        /* across cores needs two */
+		res->rtt_done[p] = true;
+		printf("\n== round trip, us (median of %d; %s)\n", o->rounds,
+		       p ? "both ends on cpu 0" : "ends on cpu 0 and cpu 1");
+		printf("   %-9s %10s %10s %10s %10s %7s\n", "message", "plain p50", "p99",
+		       "wsd p50", "p99", "ratio");
+		for (int i = 0; i < 3; i++) {
+			double v[2][2][MAXR];
+			char *srv[] = { "lat-srv", (char *)host, (char *)lsz[i], (char *)cpus[p][0],
+					NULL };
+			char *cli[] = { "lat-cli", (char *)host, "PORT", (char *)lsz[i], cnt,
+					(char *)cpus[p][1], NULL };
+
+			for (int r = 0; r < o->rounds; r++)
+				for (int w = 0; w < 2; w++) {
+					v[w][0][r] = v[w][1][r] = 0;
+					if (pair(o, w, srv, cli, so, co) &&
+					    sscanf(co, "p50 %lf p99 %lf", &v[w][0][r], &v[w][1][r]) == 2)
+						check_path(res, w, co);
+				}
+			for (int w = 0; w < 2; w++)
+				for (int q = 0; q < 2; q++)
+					res->rtt[p][i][w][q] = median(v[w][q], o->rounds);
+			{
+				char h[32];
+				double (*x)[2] = res->rtt[p][i];
+
+				printf("   %-9s %10.2f %10.2f %10.2f %10.2f %7.2f\n",
+				       human(atof(lsz[i]), h, sizeof(h)), x[0][0], x[0][1], x[1][0],
+				       x[1][1], x[0][0] ? x[1][0] / x[0][0] : 0);
+			}
+			fflush(stdout);
+		}
+	}
+}
+
+static void measure_conn(const struct opts *o, const char *host, struct results *res)
+{
+	char cnt[16], so[256], co[256];
+	double v[2][MAXR];
+	char *srv[] = { "conn-srv", (char *)host, cnt, NULL };
+	char *cli[] = { "conn-cli", (char *)host, "PORT", cnt, NULL };
+
+	snprintf(cnt, sizeof(cnt), "%d", o->conn_count);
+	for (int r = 0; r < o->rounds; r++)
+		for (int w = 0; w < 2; w++) {
+			v[w][r] = 0;
+			if (pair(o, w, srv, cli, so, co))
+				sscanf(co, "rate %lf", &v[w][r]);
+		}
+	res->conn[0] = median(v[0], o->rounds);
+	res->conn[1] = median(v[1], o->rounds);
+	printf("\n== short-lived connections (connect, 64 B each way, close), per second\n");
+	printf("   %10s %10s %7s\n   %10.0f %10.0f %7.2f\n", "plain", "wsd", "ratio", res->conn[0],
+	       res->conn[1], res->conn[0] ? res->conn[1] / res->conn[0] : 0);
+}
+
+/* ---- verdicts and the chart ------------------------------------------------------------- */
+
+static void verdict(const char *name, double v, const char *cmp, double target, const char *unit)
+{
+	bool met = !strcmp(cmp, ">=") ? v >= target : v <= target;
+
+	printf("bench: %s %.2f%s (target %s %.2f%s) %s\n", name, v, unit, cmp, target, unit,
+	       v > 0 ? (met ? "MET" : "MISSED") : "NOT MEASURED");
+}
+
+static void verdicts(const struct results *res)
+{
+	int mib = 5;     /* sizes[5] is 1 MiB */
+
+	printf("\n");
+	verdict("tput_1MiB_1stream_ratio",
+		res->tput[0][mib][0] ? res->tput[0][mib][1] / res->tput[0][mib][0] : 0, ">=", 3,
+		"");
+	if (res->rtt_done[0])
+		verdict("rtt_64B_across_cores_p50_one_way_us", res->rtt[0][0][1][0] / 2, "<=", 2,
+			" us");
+	verdict("rtt_64B_one_core_p50_ratio",
+		res->rtt[1][0][0][0] ? res->rtt[1][0][1][0] / res->rtt[1][0][0][0] : 0, "<=", 1, "");
+	verdict("short_lived_connections_ratio", res->conn[0] ? res->conn[1] / res->conn[0] : 0,
+		">=", 0.8, "");
+	printf("bench: cpu_ms_per_GiB plain %.1f wsd %.1f\n", res->cpu_gib[0], res->cpu_gib[1]);
+	/* a wsd figure means something only if its connection was accelerated */
+	printf("bench: wsd_runs_not_accelerated %d\n", res->off_path);
+	verdict("cpu_per_GiB_ratio", res->cpu_gib[0] ? res->cpu_gib[1] / res->cpu_gib[0] : 0, "<=",
+		0.5, "");
+}
+
+/* Bars of wsd's throughput ratio by message size, one and four streams. */
+static int write_svg(const char *path, const struct results *res)
+{
+	const int w = 760, h = 360, left = 60, top = 40, ph = 260, gw = (w - left - 20) / NSIZES;
+	double max = 3.5;
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -1;
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < NSIZES; i++)
+			if (res->tput[k][i][0] && res->tput[k][i][1] / res->tput[k][i][0] > max)
+				max = res->tput[k][i][1] / res->tput[k][i][0];
+	fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+		   "font-family=\"sans-serif\" font-size=\"12\">\n", w, h);
+	fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"15\">wsd throughput / kernel TCP, by "
+		   "message size (blue: 1 stream, orange: 4 streams)</text>\n", left);
+	for (double y = 0; y <= max; y += 0.5) {
+		int py = top + ph - (int)(y / max * ph);
+
+		fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\"%s/>\n", left,
+			py, w - 20, py, y == 1 || y == 3 ? "#555" : "#ddd",
+			y == 3 ? " stroke-dasharray=\"6,3\"" : "");
+		fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.1f</text>\n", left - 6,
+			py + 4, y);
+	}
+	for (int i = 0; i < NSIZES; i++) {
+		char lbl[32];
+
+		for (int k = 0; k < 2; k++) {
+			double r = res->tput[k][i][0] ? res->tput[k][i][1] / res->tput[k][i][0] : 0;
+			int bh = (int)(r / max * ph);
+
+			fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">"
+				   "<title>%.2f</title></rect>\n",
+				left + i * gw + 8 + k * (gw - 16) / 2, top + ph - bh, (gw - 16) / 2 - 2,
+				bh, k ? "#f28e2b" : "#4e79a7", r);
+		}
+		fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+			left + i * gw + gw / 2, top + ph + 18, human((double)sizes[i], lbl,
+								      sizeof(lbl)));
+	}
+	fprintf(f, "<text x=\"%d\" y=\"%d\">dashed: the 3x target; solid: kernel TCP</text>\n",
+		left, h - 12);
+	fprintf(f, "</svg>\n");
+	return fclose(f);
+}
+
+/* ---- --serve: the peer's half ------------------------------------------------------------ */
+
+/* Only the servers run on request: --serve starts nothing else. */
+static bool is_server(const char *role)
+{
+	return !strcmp(role, "tput-srv") || !strcmp(role, "lat-srv") || !strcmp(role, "conn-srv");
+}
+
+static int serve(const struct opts *o)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)o->ctl_port) };
+	int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
+
+	signal(SIGPIPE, SIG_IGN);
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 8)) {
+		fprintf(stderr, "wsd bench --serve: port %d: %s\n", o->ctl_port, strerror(errno));
+		return 1;
+	}
+	printf("wsd bench: serving on port %d\n", o->ctl_port);
+	fflush(stdout);
+	for (;;) {
+		char line[512], out[256], *args[24], *save = NULL, *tok, *variant, *tp;
+		int fd = accept(lfd, NULL, NULL), n = 0;
+		FILE *in;
+		struct proc p;
+
+		if (fd < 0 || !(in = fdopen(dup(fd), "r")))
+			continue;
+		if (!fgets(line, sizeof(line), in)) {
+			fclose(in);
+			close(fd);
+			continue;
+		}
+		fclose(in);
+		variant = strtok_r(line, " \n", &save);
+		tp = strtok_r(NULL, " \n", &save);
+		while (n < 23 && (tok = strtok_r(NULL, " \n", &save)))
+			args[n++] = tok;
+		args[n] = NULL;
+		/* our half listens on every address: the peer connects from afar */
+		if (n > 1)
+			args[1] = "0.0.0.0";
+		if (variant && tp && n && is_server(args[0]) &&
+		    !spawn(&p, !strcmp(variant, "wsd"), strcmp(tp, "-") ? tp : NULL, args)) {
+			while (next_line(&p, out, sizeof(out)))
+				if (dprintf(fd, "%s\n", out) < 0)
+					break;
+			reap(&p);
+		}
+		close(fd);
+	}
+}
+
+/* ---- the command ------------------------------------------------------------------------- */
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: wsd bench [--quick] [--rounds N] [--transport shm|verbs|auto]\n"
+			"                 [--peer ADDRESS] [--port N] [--svg FILE]\n"
+			"       wsd bench --serve [--port N]\n");
+	return 2;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	struct opts o = { .rounds = 3, .warm_ms = 150, .run_ms = 400, .lat_count = 5000,
+			  .conn_count = 2000, .svg = "wsd-bench.svg", .ctl_port = CTL_PORT };
+	bool serving = false;
+	struct results res = { 0 };
+	const char *host;
+	ssize_t n;
+
+	for (int i = 1; i < argc; i++) {
+		bool more = i + 1 < argc;
+
+		if (!strcmp(argv[i], "--quick")) {
+			o.rounds = 1;
+			o.warm_ms = 100;
+			o.run_ms = 150;
+			o.lat_count = 1000;
+			o.conn_count = 300;
+		} else if (!strcmp(argv[i], "--rounds") && more) {
+			o.rounds = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--transport") && more) {
+			o.transport = argv[++i];
+		} else if (!strcmp(argv[i], "--peer") && more) {
+			o.peer = argv[++i];
+		} else if (!strcmp(argv[i], "--port") && more) {
+			o.ctl_port = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--svg") && more) {
+			o.svg = argv[++i];
+		} else if (!strcmp(argv[i], "--serve")) {
+			serving = true;
+		} else {
+			return usage();
+		}
+	}
+	if (o.rounds < 1 || o.rounds > MAXR || o.ctl_port <= 0 || o.ctl_port > 65535)
+		return usage();
+	if (o.transport && strcmp(o.transport, "shm") && strcmp(o.transport, "verbs") &&
+	    strcmp(o.transport, "auto"))
+		return usage();
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return 1;
+	self[n] = 0;
+	if (serving)
+		return serve(&o);
+	host = o.peer ? o.peer : "127.0.0.1";
+	printf("wsd bench: kernel TCP and wsd (%s), %s, pair by pair\n",
+	       o.transport ? o.transport : "the provider's choice",
+	       o.peer ? o.peer : "on this host");
+	measure_tput(&o, host, &res);
+	measure_rtt(&o, host, &res);
+	measure_conn(&o, host, &res);
+	verdicts(&res);
+	if (write_svg(o.svg, &res))
+		fprintf(stderr, "wsd bench: cannot write %s\n", o.svg);
+	else
+		printf("bench: chart written to %s\n", o.svg);
+	if (failures)
+		fprintf(stderr, "wsd bench: %d measurements did not run\n", failures);
+	return failures ? 1 : 0;
+}
