@@ -22,8 +22,8 @@ check() {   # check OUTPUT SVG
 	done
 	grep -q "^bench: wsd_runs_not_accelerated 0$" "$1" ||
 		fail "a wsd run was not accelerated: $(grep not_accelerated "$1")"
-	python3 -c 'import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); assert d.documentElement.tagName == "svg"; assert len(d.getElementsByTagName("rect")) == 14' "$2" ||
-		fail "the chart is not an SVG with 14 bars"
+	python3 -c 'import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); assert d.documentElement.tagName == "svg"; assert len(d.getElementsByTagName("rect")) == 22' "$2" ||
+		fail "the chart is not an SVG with 22 bars"
 }
 
 timeout -k 5 300 "$wsd" bench --quick --svg "$tmp/a.svg" >"$tmp/a.out" 2>"$tmp/a.err" ||

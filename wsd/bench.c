@@ -362,10 +362,61 @@ static void verdicts(const struct results *res)
 		0.5, "");
 }
 
-/* Bars of wsd's throughput ratio by message size, one and four streams. */
+/* wsd / TCP, or 0 when either is missing. */
+static double ratio(double wsd, double plain)
+{
+	return plain > 0 && wsd > 0 ? wsd / plain : 0;
+}
+
+/* The second panel: round trips (p50), connections, CPU per GiB. */
+static void svg_latency(FILE *f, const struct results *res, int w, int left, int top)
+{
+	static const char *const names[] = { "64 B", "1 KiB", "64 KiB", "connections", "CPU/GiB" };
+	const int ph = 200, gw = (w - left - 20) / 5;
+	double v[5][2], max = 2.5;
+
+	for (int i = 0; i < 3; i++)
+		for (int p = 0; p < 2; p++)
+			v[i][p] = ratio(res->rtt[p][i][1][0], res->rtt[p][i][0][0]);
+	v[3][0] = ratio(res->conn[1], res->conn[0]);
+	v[4][0] = ratio(res->cpu_gib[1], res->cpu_gib[0]);
+	v[3][1] = v[4][1] = -1;
+	for (int i = 0; i < 5; i++)
+		for (int p = 0; p < 2; p++)
+			if (v[i][p] > max)
+				max = v[i][p];
+	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"15\">wsd / kernel TCP: round trip p50 "
+		   "(blue: across CPUs, orange: one CPU), others</text>\n",
+		left, top - 14);
+	for (double y = 0; y <= max; y += 0.5) {
+		int py = top + ph - (int)(y / max * ph);
+
+		fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\"/>\n", left, py,
+			w - 20, py, y == 1 ? "#555" : "#ddd");
+		fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.1f</text>\n", left - 6,
+			py + 4, y);
+	}
+	for (int i = 0; i < 5; i++) {
+		for (int p = 0; p < 2; p++) {
+			int bh;
+
+			if (v[i][p] < 0)
+				continue;
+			bh = (int)(v[i][p] / max * ph);
+			fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">"
+				   "<title>%.2f</title></rect>\n",
+				left + i * gw + 8 + p * (gw - 16) / 2, top + ph - bh, (gw - 16) / 2 - 2, bh,
+				i > 2 ? "#999" : p ? "#f28e2b" : "#4e79a7", v[i][p]);
+		}
+		fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+			left + i * gw + gw / 2, top + ph + 18, names[i]);
+	}
+}
+
+/* Bars of wsd's throughput ratio by message size, one and four streams; then svg_latency. */
 static int write_svg(const char *path, const struct results *res)
 {
-	const int w = 760, h = 360, left = 60, top = 40, ph = 260, gw = (w - left - 20) / NSIZES;
+	const int w = 760, h = 680, left = 60, top = 40, ph = 260, gw = (w - left - 20) / NSIZES;
 	double max = 3.5;
 	FILE *f = fopen(path, "w");
 
@@ -405,7 +456,8 @@ static int write_svg(const char *path, const struct results *res)
 								      sizeof(lbl)));
 	}
 	fprintf(f, "<text x=\"%d\" y=\"%d\">dashed: the 3x target; solid: kernel TCP</text>\n",
-		left, h - 12);
+		left, top + ph + 40);
+	svg_latency(f, res, w, left, top + ph + 90);
 	fprintf(f, "</svg>\n");
 	return fclose(f);
 }
