@@ -337,15 +337,22 @@ bool wsd_sock_tx_stream(struct wsd_sock *s)
 
 /* ---- doorbells --------------------------------------------------------------- */
 
-/* tx_lock held (BACK counts every bell we put on the stream). */
-static void doorbell(struct wsd_sock *s)
+/* tx_lock held: one bell on the stream, counted (BACK tells the peer how many). */
+static bool try_bell(struct wsd_sock *s)
 {
 	static const char bell = 0;
 
-	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {
-		s->sess->bells_tx++;
-		wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
-	}
+	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+		return false;
+	s->sess->bells_tx++;
+	wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
+	return true;
+}
+
+/* A bell that finds the buffer full is not needed: the peer looks again after arming. */
+static void doorbell(struct wsd_sock *s)
+{
+	(void)try_bell(s);
 }
 
 /* tx_lock held: the peer waits for data, so make its fd readable. */
@@ -631,19 +638,29 @@ static void check_switch(struct wsd_sock *s)
  * Once both have, the socket is plain TCP again, but for a prefix still to
  * read, which poll must count (so it stays "accelerated" until then).
  */
+static void plain_again(struct wsd_sock *s);
+
 static void set_back(struct wsd_sock *s, bool rx)
 {
-	bool was, now;
+	bool both;
 
 	pthread_mutex_lock(&s->mu);
 	if (rx)
 		s->rx_back = true;
 	else
 		s->tx_back = true;
-	if (!s->rx_back || !s->tx_back) {
-		pthread_mutex_unlock(&s->mu);
-		return;
-	}
+	both = s->rx_back && s->tx_back;
+	pthread_mutex_unlock(&s->mu);
+	if (both)
+		plain_again(s);
+}
+
+/* Both directions are back: plain TCP, but for a prefix poll must count. */
+static void plain_again(struct wsd_sock *s)
+{
+	bool was, now;
+
+	pthread_mutex_lock(&s->mu);
 	was = s->accel;
 	s->rx_ready_sent = false;
 	s->accel = wsd_prefix_has_data(s->pre);
@@ -677,16 +694,9 @@ static void pre_spent(struct wsd_sock *s)
 /* tx_lock held: one doorbell that must go (BACK counts it), waiting if need be. */
 static void force_bell(struct wsd_sock *s)
 {
-	static const char bell = 0;
-
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < 100 && !try_bell(s); i++) {
 		struct pollfd p = { .fd = s->fd, .events = POLLOUT };
 
-		if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {
-			s->sess->bells_tx++;
-			wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
-			return;
-		}
 		if (errno != EAGAIN && errno != EINTR)
 			return;
 		real.poll(&p, 1, TICK_MS);
@@ -1528,7 +1538,6 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	}
 	for (;;) {
 		pthread_mutex_lock(&s->rx_lock);
-		serve_back_unlocked(s);
 		reset_if_shut(s);
 		if (s->tcp_err && s->rx_shut) {
 			s->tcp_err = false;
@@ -1956,12 +1965,12 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 {
 	struct wsd_session *ss = s->sess;
 
+	serve_back_unlocked(s);         /* the bell that asked may be why we look */
 	reset_if_shut(s);
 
 	if (s->rx_shut || s->peer_fin || s->tcp_eof || s->tcp_err ||
 	    wsd_prefix_has_data(s->pre))
 		return true;
-	serve_back_unlocked(s);
 	check_switch(s);
 	check_back(s);
 	if (s->rx_back) {
@@ -2028,7 +2037,6 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 		}
 		return r & (events | POLLHUP | POLLERR);
 	}
-	serve_back_unlocked(s);
 	pthread_mutex_lock(&s->rx_lock);
 	in = rx_readable(s, kernel);
 	if (!in && arm && (events & POLLIN) && s->rx_ready_sent) {
@@ -2415,7 +2423,7 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 	if (!r && (!s->rx_back || !s->tx_back))
 		r = -ETIMEDOUT;
 	if (!r)
-		set_back(s, true);      /* the prefix may need counting now */
+		plain_again(s);         /* with the prefix just made */
 	free(st.buf);
 	free(tmp);
 	wsd_debug("switch: fd %d downgrade: %d (%zu bytes kept)", s->fd, r, st.len);

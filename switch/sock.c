@@ -467,11 +467,11 @@ static char *before_exec(void)
 	wsd_fd_each(note_exec, &l);
 	for (size_t i = 0; i < l.n; i++) {
 		struct wsd_sock *s = l.socks[i];
+		bool kept = !(real.fcntl(s->fd, F_GETFD) & FD_CLOEXEC);
 
-		if (real.fcntl(s->fd, F_GETFD) & FD_CLOEXEC || !upgraded(s) ||
-		    wsd_sock_downgrade(s, BACK_MS)) {
-			if (upgraded(s) && !(real.fcntl(s->fd, F_GETFD) & FD_CLOEXEC))
-				real.shutdown(s->fd, SHUT_RDWR);
+		if (!kept || !upgraded(s) || wsd_sock_downgrade(s, BACK_MS)) {
+			if (kept && upgraded(s))
+				real.shutdown(s->fd, SHUT_RDWR);   /* reads as closed, not as bells */
 			s->detached = true;
 		}
 		wsd_session_abandon(s->sess);
