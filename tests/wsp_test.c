@@ -747,6 +747,92 @@ START_TEST(close_right_after_completion)
 }
 END_TEST
 
+/* ---- the condition function of WSPAccept ---------------------------------- */
+
+struct cond_log {
+	int calls;
+	char seen[64];
+};
+
+/* "reject..." is refused, "defer..." deferred once, anything else taken with an answer */
+static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *gqos,
+		      WSABUF *callee_id, WSABUF *callee_data, unsigned *g, uintptr_t arg)
+{
+	struct cond_log *log = (struct cond_log *)arg;
+	size_t n;
+
+	(void)caller_id; (void)callee_id; (void)g;
+	log->calls++;
+	if (!caller_data || sqos || gqos)
+		return 99;   /* WSAEINVAL for the test to see */
+	n = caller_data->len < sizeof(log->seen) - 1 ? caller_data->len : sizeof(log->seen) - 1;
+	memcpy(log->seen, caller_data->buf, n);
+	log->seen[n] = 0;
+	if (!strncmp(log->seen, "reject", 6))
+		return CF_REJECT;
+	if (!strncmp(log->seen, "defer", 5) && log->calls == 2)
+		return CF_DEFER;
+	callee_data->len = (uint32_t)snprintf(callee_data->buf, callee_data->len, "ok:%s", log->seen);
+	return CF_ACCEPT;
+}
+
+static int peer_conditions(struct spi *p, void *arg)
+{
+	struct cond_log log = { 0 };
+	SOCKET c;
+	int err = 0;
+
+	(void)arg;
+	PCHECK(WSPCloseSocket(p->s, &err) == 0);
+	/* a request refused: the function saw its data */
+	c = WSPAccept(p->l, NULL, NULL, on_request, (uintptr_t)&log, &err);
+	PCHECK(c == INVALID_SOCKET && err == WSAECONNREFUSED);
+	PCHECK(log.calls == 1 && !strcmp(log.seen, "reject me"));
+	/* deferred, then shown again to the next call, and taken */
+	c = WSPAccept(p->l, NULL, NULL, on_request, (uintptr_t)&log, &err);
+	PCHECK(c == INVALID_SOCKET && err == WSATRY_AGAIN);
+	PCHECK(log.calls == 2 && !strcmp(log.seen, "defer me"));
+	c = WSPAccept(p->l, NULL, NULL, on_request, (uintptr_t)&log, &err);
+	PCHECK(c != INVALID_SOCKET);
+	PCHECK(log.calls == 3 && !strcmp(log.seen, "defer me"));
+	PCHECK(WSPCloseSocket(c, &err) == 0);
+	sync_fd(p->oob_in, p->oob_out);
+	return 0;
+}
+
+/* Connect with caller data; the WSA code, and the callee data in out. */
+static int connect_with(struct spi *p, const char *data, char *out, size_t outlen)
+{
+	struct sockaddr_in sa = t_addr(0);
+	WSABUF caller = { (uint32_t)strlen(data), (char *)data };
+	WSABUF callee = { (uint32_t)outlen - 1, out };
+	SOCKET c = WSPSocket(AF_INET, SOCK_STREAM, 0, &p->info, 0, 0, &(int){ 0 });
+	int err = 0, r;
+
+	ck_assert(c != INVALID_SOCKET);
+	sa.sin_port = last_port;
+	memset(out, 0, outlen);
+	r = WSPConnect(c, (struct sockaddr *)&sa, sizeof(sa), &caller, &callee, NULL, NULL, &err);
+	if (!r)
+		out[callee.len] = 0;
+	ck_assert_int_eq(WSPCloseSocket(c, &(int){ 0 }), 0);
+	return r ? err : 0;
+}
+
+START_TEST(accept_condition)
+{
+	struct spi p;
+	char answer[64];
+
+	spi_pair(&p, peer_conditions, NULL);
+	ck_assert_int_eq(connect_with(&p, "reject me", answer, sizeof(answer)), WSAECONNREFUSED);
+	ck_assert_int_eq(connect_with(&p, "defer me", answer, sizeof(answer)), 0);
+	ck_assert_str_eq(answer, "ok:defer me");
+	sync_fd(p.oob_in, p.oob_out);
+	ck_assert_int_eq(spi_finish(&p), 0);
+}
+END_TEST
+
 /* ---- completion ports ----------------------------------------------------- */
 
 struct waiter_arg {
@@ -881,6 +967,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, close_aborts_outstanding);
 	tcase_add_test(tc, idle_after_traffic);
 	tcase_add_test(tc, close_right_after_completion);
+	tcase_add_test(tc, accept_condition);
 	tcase_add_test(tc, port_threads);
 	tcase_add_test(tc, port_close_wakes_waiters);
 	tcase_add_test(tc, registration_cache);

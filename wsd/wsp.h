@@ -40,6 +40,19 @@ typedef struct WSABUFEX {
 } WSABUFEX;
 
 /*
+ * WSPAccept's condition function: shown a connection request's caller data
+ * (the connecting side's WSPConnect lpCallerData) before anything is set up,
+ * it answers CF_ACCEPT, CF_REJECT or CF_DEFER and may fill lpCalleeData
+ * (up to its len) for the caller's lpCalleeData.
+ */
+#define CF_ACCEPT 0
+#define CF_REJECT 1
+#define CF_DEFER  2
+typedef int (*LPCONDITIONPROC)(WSABUF *lpCallerId, WSABUF *lpCallerData, void *lpSQOS,
+			       void *lpGQOS, WSABUF *lpCalleeId, WSABUF *lpCalleeData,
+			       unsigned *g, uintptr_t dwCallbackData);
+
+/*
  * Overlapped request state.  While a request is outstanding Internal is
  * WSA_IO_PENDING; when it completes, Internal holds 0 or a WSA code and
  * InternalHigh the bytes moved.  hEvent with its low bit set asks for no
@@ -88,6 +101,7 @@ typedef void (*LPWSAOVERLAPPED_COMPLETION_ROUTINE)(uint32_t error, uint32_t byte
 #define WSAESHUTDOWN            10058
 #define WSAETIMEDOUT            10060
 #define WSAECONNREFUSED         10061
+#define WSATRY_AGAIN            11002
 #define WSAVERNOTSUPPORTED      10092
 
 /* ---- options, flags ---------------------------------------------------- */
@@ -142,7 +156,8 @@ typedef struct WSPPROC_TABLE {
 	SOCKET (*lpWSPSocket)(int, int, int, WSAPROTOCOL_INFO *, unsigned, uint32_t, int *);
 	int (*lpWSPBind)(SOCKET, const struct sockaddr *, socklen_t, int *);
 	int (*lpWSPListen)(SOCKET, int, int *);
-	SOCKET (*lpWSPAccept)(SOCKET, struct sockaddr *, socklen_t *, void *, uintptr_t, int *);
+	SOCKET (*lpWSPAccept)(SOCKET, struct sockaddr *, socklen_t *, LPCONDITIONPROC, uintptr_t,
+			      int *);
 	int (*lpWSPConnect)(SOCKET, const struct sockaddr *, socklen_t, const WSABUF *, WSABUF *,
 			    void *, void *, int *);
 	int (*lpWSPSend)(SOCKET, WSABUF *, uint32_t, uint32_t *, uint32_t, WSAOVERLAPPED *,
@@ -190,8 +205,8 @@ SOCKET WSPSocket(int af, int type, int protocol, WSAPROTOCOL_INFO *lpProtocolInf
 		 unsigned g, uint32_t dwFlags, int *lpErrno);
 int WSPBind(SOCKET s, const struct sockaddr *name, socklen_t namelen, int *lpErrno);
 int WSPListen(SOCKET s, int backlog, int *lpErrno);
-SOCKET WSPAccept(SOCKET s, struct sockaddr *addr, socklen_t *addrlen, void *lpfnCondition,
-		 uintptr_t dwCallbackData, int *lpErrno);
+SOCKET WSPAccept(SOCKET s, struct sockaddr *addr, socklen_t *addrlen,
+		 LPCONDITIONPROC lpfnCondition, uintptr_t dwCallbackData, int *lpErrno);
 int WSPConnect(SOCKET s, const struct sockaddr *name, socklen_t namelen,
 	       const WSABUF *lpCallerData, WSABUF *lpCalleeData, void *lpSQOS, void *lpGQOS,
 	       int *lpErrno);

@@ -158,33 +158,86 @@ static int go_connected(struct wsp_socket *s)
 	return ret < 0 ? WSAENOBUFS : 0;
 }
 
-SOCKET WSPAccept(SOCKET h, struct sockaddr *addr, socklen_t *addrlen, void *cond,
+/*
+ * Ask the condition function about req: 0 and the callee data to answer
+ * with (in *callee), or a WSA code (req then rejected, or kept when
+ * deferred).
+ */
+static int ask_condition(struct wsp_socket *s, struct nd_conn_request *req,
+			 LPCONDITIONPROC cond, uintptr_t data, WSABUF *callee)
+{
+	char caller[256];
+	size_t n = sizeof(caller);
+	WSABUF caller_data = { 0, caller };
+	WSABUF caller_id = { 0, NULL };
+	WSABUF callee_id = { (uint32_t)s->local_len, (char *)&s->local };
+	unsigned g = 0;
+	int v;
+
+	if (nd_conn_request_data(req, caller, &n) != ND_SUCCESS)
+		n = 0;
+	caller_data.len = (uint32_t)n;
+	callee->len = (uint32_t)s->pv->info.private_data_length;
+	v = cond(&caller_id, n ? &caller_data : NULL, NULL, NULL,
+		 s->local_len ? &callee_id : NULL, callee, &g, data);
+	if (v == CF_ACCEPT && callee->len <= s->pv->info.private_data_length)
+		return 0;
+	if (v == CF_DEFER) {
+		pthread_mutex_lock(&s->pv->lock);
+		if (!s->deferred && !s->closing) {
+			s->deferred = req;
+			req = NULL;
+		}
+		pthread_mutex_unlock(&s->pv->lock);
+		if (!req)
+			return WSATRY_AGAIN;
+	}
+	nd_conn_request_reject(req);
+	return v == CF_REJECT || v == CF_DEFER ? WSAECONNREFUSED : WSAEINVAL;
+}
+
+SOCKET WSPAccept(SOCKET h, struct sockaddr *addr, socklen_t *addrlen, LPCONDITIONPROC cond,
 		 uintptr_t data, int *err)
 {
 	struct wsp_socket *s = live(h, err), *ns;
 	struct nd_conn_request *req = NULL;
+	char answer[256];
+	WSABUF callee = { 0, answer };
 	SOCKET nh;
-	nd_status st;
+	nd_status st = ND_SUCCESS;
 	int e;
 
-	(void)data;
 	if (!s)
 		return INVALID_SOCKET;
 	if (addr && !addrlen) {
 		fail_with(s, WSAEFAULT, err);
 		return INVALID_SOCKET;
 	}
-	if (cond || s->state != S_LISTENING) {
+	if (s->state != S_LISTENING) {
 		fail_with(s, WSAEINVAL, err);
 		return INVALID_SOCKET;
 	}
+	/* a request the condition function deferred comes first */
+	pthread_mutex_lock(&s->pv->lock);
+	req = s->deferred;
+	s->deferred = NULL;
+	pthread_mutex_unlock(&s->pv->lock);
 	/* wake now and then, so a cleanup or close is noticed */
-	do {
+	while (!req) {
 		st = nd_listen_get_request(s->l, 200, &req);
-	} while (st == ND_TIMEOUT && !s->pv->down && !s->closing);
+		if (st != ND_TIMEOUT || s->pv->down || s->closing)
+			break;
+	}
 	if (st != ND_SUCCESS) {
 		fail_with(s, s->pv->down ? WSAENETDOWN : WSAEINTR, err);
 		return INVALID_SOCKET;
+	}
+	if (cond) {
+		e = ask_condition(s, req, cond, data, &callee);
+		if (e) {
+			fail_with(s, e, err);
+			return INVALID_SOCKET;
+		}
 	}
 	nh = wsp_sock_new(s->pv, s->af, err, &ns);
 	if (nh == INVALID_SOCKET) {
@@ -196,7 +249,8 @@ SOCKET WSPAccept(SOCKET h, struct sockaddr *addr, socklen_t *addrlen, void *cond
 	if (e) {
 		nd_conn_request_reject(req);
 	} else {
-		st = nd_ep_accept(ns->ep, req, NULL, 0, CONNECT_TIMEOUT_MS);
+		st = nd_ep_accept(ns->ep, req, callee.len ? callee.buf : NULL, callee.len,
+				  CONNECT_TIMEOUT_MS);
 		e = st == ND_SUCCESS ? go_connected(ns) :
 		    st == ND_ACCESS_DENIED ? WSAEACCES : WSAECONNABORTED;
 	}
@@ -284,6 +338,7 @@ int WSPShutdown(SOCKET h, int how, int *err)
 int WSPCloseSocket(SOCKET h, int *err)
 {
 	struct wsp_socket *s = wsp_sock_get(h, err);
+	struct nd_conn_request *req;
 	struct wsp_provider *pv;
 
 	if (!s)
@@ -295,7 +350,11 @@ int WSPCloseSocket(SOCKET h, int *err)
 		return fail_with(s, WSAENOTSOCK, err);
 	}
 	wsp_abort_all(s);
+	req = s->deferred;
+	s->deferred = NULL;
 	pthread_mutex_unlock(&pv->lock);
+	if (req)
+		nd_conn_request_reject(req);
 	if (s->l) {
 		nd_listen_close(s->l);
 		s->l = NULL;

@@ -80,6 +80,8 @@ struct wsp_socket {
 	struct wsp_req *reqs;
 	bool armed;                      /* the completion thread armed its CQ */
 	struct rdma_reg *rdma;
+	struct nd_conn_request *deferred;  /* CF_DEFER: the next WSPAccept takes it */
+	unsigned ov_sleepers;            /* WSPGetOverlappedResult calls asleep on it */
 };
 
 struct rc_entry {
