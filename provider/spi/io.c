@@ -314,7 +314,19 @@ int WSPGetOverlappedResult(SOCKET h, WSAOVERLAPPED *ov, uint32_t *bytes, int wai
 		st = __atomic_load_n(&ov->Internal, __ATOMIC_ACQUIRE);
 		if (st != WSA_IO_PENDING || !wait)
 			break;
-		wsp_wait_step(s->pv, spin_end);
+		if (wsd_now_ns() < spin_end) {
+			wsp_wait_step(s->pv, spin_end);
+			continue;
+		}
+		/*
+		 * Past the spin: sleep until the completion thread sees it done.
+		 * A request polled by its owner (hEvent's low bit) does not arm
+		 * the thread by itself, so a sleeper here must.
+		 */
+		s->ov_sleepers++;
+		wsp_kick(s, NULL);
+		wsp_wait_step(s->pv, 0);
+		s->ov_sleepers--;
 	}
 	pthread_mutex_unlock(&s->pv->lock);
 	if (flags)

@@ -530,7 +530,7 @@ static unsigned snapshot(struct wsp_provider *pv, struct wsp_socket ***out, unsi
 static bool needs_thread(const struct wsp_socket *s)
 {
 	for (const struct wsp_req *r = s->reqs; r; r = r->next)
-		if (!r->done && (!r->ov || wants_notice(r->ov)))
+		if (!r->done && (!r->ov || wants_notice(r->ov) || s->ov_sleepers))
 			return true;
 	return false;
 }
@@ -542,7 +542,7 @@ static bool needs_thread(const struct wsp_socket *s)
  */
 void wsp_kick(struct wsp_socket *s, const WSAOVERLAPPED *ov)
 {
-	if ((!ov || wants_notice(ov)) && !s->armed) {
+	if ((!ov || wants_notice(ov) || s->ov_sleepers) && !s->armed) {
 		s->armed = true;
 		(void)eventfd_write(s->pv->efd, 1);
 	}
