@@ -9,7 +9,8 @@
 #include "switch/switch.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 3u
+#define WSD_PROTO_VERSION 4u
+#define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
 
 /* Handshake messages (WSPSend on the SPI connection), little-endian. */
 enum { MSG_HELLO = 1, MSG_ACCEPT = 2, MSG_REFUSE = 3 };
@@ -22,9 +23,25 @@ struct wsd_hello {
 	uint32_t ring_size;          /* the sender's receive ring */
 	uint64_t key;                /* stamps of records in the sender's ring */
 	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];  /* the sender's receive region */
-	/* the connection as the connecting side sees it */
+	/* zero: version 3 had the 4-tuple here, now in struct wsd_tuple;
+	 * kept so that every version's HELLO is 96 bytes (wsd-protocol(7)) */
+	uint8_t reserved[40];
+};
+_Static_assert(sizeof(struct wsd_hello) == 96, "handshake messages are 96 bytes");
+
+/*
+ * The connecting side's connect data (WSPConnect's caller data; rdma_cm's
+ * private data on verbs): the TCP connection, as the connecting side sees
+ * it, that the new SPI connection is for.  It must fit the 44 bytes a
+ * verbs connect request has left.
+ */
+struct wsd_tuple {
+	uint16_t magic;              /* WSD_TUPLE_MAGIC */
+	uint8_t version;             /* WSD_PROTO_VERSION */
+	uint8_t pad;
 	struct wsd_stat_addr client, server;
 };
+_Static_assert(sizeof(struct wsd_tuple) <= 44, "the tuple must fit a verbs connect request");
 
 /*
  * A receive region: the words the peer writes about itself, then the ring

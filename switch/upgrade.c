@@ -25,7 +25,7 @@
 #include "provider/internal.h"
 #include "switch/session.h"
 
-#define ANSWER_MS 1000               /* the connecting side waits this for ACCEPT */
+#define ANSWER_MS 5000               /* each side waits this for the other's message */
 #define PENDING_MS 10000             /* a HELLO waits this for the application's accept */
 
 /* ---- parameters ------------------------------------------------------------- */
@@ -227,10 +227,17 @@ struct reg {
 
 #define REG_GRACE_MS 10000
 
+/* What the acceptor's condition function learnt of the request it took. */
+struct acceptor_req {
+	uint16_t port;               /* the registry's */
+	struct wsd_tuple t;
+};
+
 struct pending {
 	struct pending *next;
 	SOCKET ws;
 	struct wsd_hello h;
+	struct wsd_tuple t;
 	uint64_t when_ms;
 };
 
@@ -238,8 +245,8 @@ static struct reg *regs;
 static struct pending *pendings;
 static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The accepted connection a HELLO names, held, or NULL. */
-struct find { const struct wsd_hello *h; struct wsd_sock *found; };
+/* The accepted connection a connect request names, held, or NULL. */
+struct find { const struct wsd_tuple *t; struct wsd_sock *found; };
 
 static void match(int fd, struct wsd_sock *s, void *arg)
 {
@@ -251,7 +258,7 @@ static void match(int fd, struct wsd_sock *s, void *arg)
 	/* accept() leaves the tuple to be learnt here, off the application's path */
 	if (!s->tuple_known && learn_tuple(s))
 		return;
-	if (same(&s->stat->local, &f->h->server) && same(&s->stat->peer, &f->h->client)) {
+	if (same(&s->stat->local, &f->t->server) && same(&s->stat->peer, &f->t->client)) {
 		wsd_sock_hold(s);
 		f->found = s;
 	}
@@ -277,8 +284,6 @@ static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello 
 	}
 	wsd_session_peer(ss, h);
 	wsd_session_hello(ss, &a, MSG_ACCEPT);
-	a.client = h->client;
-	a.server = h->server;
 	if (send_msg(ws, &a)) {
 		wsd_session_free(ss);
 		atomic_store(&s->upgrade_state, UP_FAILED);
@@ -289,10 +294,30 @@ static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello 
 	wsd_session_attach(s, ss);
 }
 
-static void take_hello(SOCKET ws)
+/*
+ * The acceptor's condition function: a request is taken only when its
+ * connect data names a TCP connection to this listener's port.  Another
+ * version of the protocol is taken too, to be told so (take_hello).
+ */
+static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *gqos,
+		      WSABUF *callee_id, WSABUF *callee_data, unsigned *g, uintptr_t arg)
+{
+	struct acceptor_req *a = (struct acceptor_req *)arg;
+
+	(void)caller_id; (void)sqos; (void)gqos; (void)callee_id; (void)g;
+	callee_data->len = 0;
+	if (!caller_data || caller_data->len != sizeof(a->t))
+		return CF_REJECT;
+	memcpy(&a->t, caller_data->buf, sizeof(a->t));
+	if (a->t.magic != WSD_TUPLE_MAGIC || a->t.server.port != a->port)
+		return CF_REJECT;
+	return CF_ACCEPT;
+}
+
+static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 {
 	struct wsd_hello h;
-	struct find f = { &h, NULL };
+	struct find f = { t, NULL };
 	struct pending *p = NULL;
 
 	if (recv_msg(ws, &h, ANSWER_MS) || h.kind != MSG_HELLO) {
@@ -301,18 +326,18 @@ static void take_hello(SOCKET ws)
 		procs.lpWSPCloseSocket(ws, &err);
 		return;
 	}
-	if (h.version != WSD_PROTO_VERSION) {
+	if (h.version != WSD_PROTO_VERSION || t->version != WSD_PROTO_VERSION) {
 		refuse(ws, R_PROTOCOL);
 		return;
 	}
 	pthread_mutex_lock(&pend_lock);
-	f.h = &h;
 	wsd_fd_each(match, &f);
 	if (!f.found) {
 		p = calloc(1, sizeof(*p));
 		if (p) {
 			p->ws = ws;
 			p->h = h;
+			p->t = *t;
 			p->when_ms = (uint64_t)wsd_now_ms();
 			p->next = pendings;
 			pendings = p;
@@ -330,6 +355,7 @@ static void take_hello(SOCKET ws)
 static void *acceptor(void *arg)
 {
 	struct reg *r = arg;
+	struct acceptor_req a = { .port = r->port };
 	int err;
 
 	for (;;) {
@@ -337,7 +363,7 @@ static void *acceptor(void *arg)
 		int64_t closed;
 
 		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_idle) */
-		ws = procs.lpWSPAccept(r->ls, NULL, NULL, NULL, 0, &err);
+		ws = procs.lpWSPAccept(r->ls, NULL, NULL, on_request, (uintptr_t)&a, &err);
 		atomic_fetch_add(&wsd_threads_busy, 1);
 		closed = atomic_load(&r->closed_at);
 
@@ -366,7 +392,7 @@ static void *acceptor(void *arg)
 				break;
 			continue;
 		}
-		take_hello(ws);
+		take_hello(ws, &a.t);
 	}
 	procs.lpWSPCloseSocket(r->ls, &err);
 	free(r);
@@ -472,8 +498,8 @@ void wsd_upgrade_accepted(struct wsd_sock *s)
 	pthread_mutex_lock(&pend_lock);
 	now = (uint64_t)wsd_now_ms();
 	for (pp = &pendings; (p = *pp);) {
-		if (!hit && same(&s->stat->local, &p->h.server) &&
-		    same(&s->stat->peer, &p->h.client)) {
+		if (!hit && same(&s->stat->local, &p->t.server) &&
+		    same(&s->stat->peer, &p->t.client)) {
 			*pp = p->next;
 			hit = p;
 		} else if (now - p->when_ms > PENDING_MS) {
@@ -517,6 +543,8 @@ static void client_upgrade(struct wsd_sock *s)
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct wsd_session *ss;
 	struct wsd_hello h = { 0 }, a;
+	struct wsd_tuple t = { .magic = WSD_TUPLE_MAGIC, .version = WSD_PROTO_VERSION };
+	WSABUF caller = { sizeof(t), (char *)&t };
 	SOCKET ws;
 	int err;
 
@@ -527,11 +555,13 @@ static void client_upgrade(struct wsd_sock *s)
 	if (s->stat->peer.family == AF_INET)
 		memcpy(&sin.sin_addr, s->stat->peer.addr, 4);
 	sin.sin_port = htons(s->stat->peer.port);
+	t.client = s->stat->local;
+	t.server = s->stat->peer;
 	ws = procs.lpWSPSocket(AF_INET, SOCK_STREAM, 0, &proto, 0, 0, &err);
 	if (ws == INVALID_SOCKET)
 		return fail(s, R_PROVIDER);
-	if (procs.lpWSPConnect(ws, (struct sockaddr *)&sin, sizeof(sin), NULL, NULL, NULL, NULL,
-			       &err)) {
+	if (procs.lpWSPConnect(ws, (struct sockaddr *)&sin, sizeof(sin), &caller, NULL, NULL,
+			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
 		return fail(s, err == WSAEACCES ? R_ACCESS : R_PEER_PLAIN);
 	}
@@ -541,8 +571,6 @@ static void client_upgrade(struct wsd_sock *s)
 		return fail(s, R_PROVIDER);
 	}
 	wsd_session_hello(ss, &h, MSG_HELLO);
-	h.client = s->stat->local;
-	h.server = s->stat->peer;
 	if (send_msg(ws, &h) || recv_msg(ws, &a, ANSWER_MS)) {
 		wsd_session_free(ss);
 		return fail(s, R_NO_MATCH);
