@@ -93,7 +93,7 @@ int ctl_recv(struct peer *p);
 /* ---- sockets (conn.c) ---------------------------------------------------- */
 
 const char *famname(int family);
-/* A loopback listener (127.0.0.1 or ::1) on an ephemeral port. */
+/* A loopback listener (127.0.0.1, or WSD_TEST_ADDR; ::1) on an ephemeral port. */
 int t_listen(int family, int *port);
 int t_connect(int family, int port);
 int t_accept(int lfd);
