@@ -22,6 +22,9 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <netinet/tcp.h>
 #include <sched.h>
 #include <time.h>
@@ -150,9 +153,29 @@ static int rdma_put(struct wsd_session *ss, const uint8_t *desc, WSABUFEX *b, ui
 	return rdma_done(ss->ws, &ov, r, err);
 }
 
-/* Into the peer's receive region. */
+/*
+ * Into the peer's receive region: the pieces in order, each seen before the
+ * next.  On shm with the peer's region mapped here, by plain stores, with a
+ * store fence between pieces (a copy's fast string stores may otherwise be
+ * seen out of order, as in the kernel's); else by RDMA writes.
+ */
 static int rdma_writev(struct wsd_session *ss, WSABUFEX *b, uint32_t nb, uint64_t offset)
 {
+	if (ss->peer_map) {
+		uint8_t *dst = ss->peer_map + offset;
+
+		for (uint32_t i = 0; i < nb; i++) {
+			if (b[i].len == 8)
+				atomic_store_explicit((_Atomic uint64_t *)(void *)dst,
+						      *(const uint64_t *)(const void *)b[i].buf,
+						      memory_order_release);
+			else
+				memcpy(dst, b[i].buf, b[i].len);
+			dst += b[i].len;
+			__builtin_ia32_sfence();
+		}
+		return 0;
+	}
 	return rdma_put(ss, ss->peer_desc, b, nb, offset);
 }
 
@@ -182,6 +205,42 @@ static uint64_t ctl_get(struct wsd_session *ss, int idx)
 
 /* ---- the session object ---------------------------------------------------- */
 
+/*
+ * shm: the region in a memfd the peer maps (see wsd_session_peer), with a
+ * page after it holding rx_key, by which the peer knows it mapped the right
+ * one.  Anonymous memory when that fails: the peer then writes by RDMA.
+ */
+static uint8_t *shared_region(struct wsd_session *ss)
+{
+	size_t len = ss->region_len + 4096;
+	uint8_t *m = MAP_FAILED;
+	int fd = memfd_create("wsd-ring", MFD_CLOEXEC);
+
+	if (fd >= 0 && ftruncate(fd, (off_t)len) == 0)
+		m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (m == MAP_FAILED) {
+		if (fd >= 0)
+			close(fd);
+		return mmap(NULL, ss->region_len, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	}
+	memcpy(m + ss->region_len, &ss->rx_key, sizeof(ss->rx_key));
+	ss->region_fd = fd;
+	ss->map_len = len;
+	return m;
+}
+
+/* Our memfd is no longer needed once the peer mapped the region (or will not). */
+static void region_fd_check(struct wsd_session *ss)
+{
+	if (__atomic_load_n(&ss->region_fd, __ATOMIC_RELAXED) >= 0 && ctl_get(ss, CW_MAPPED)) {
+		int fd = __atomic_exchange_n(&ss->region_fd, -1, __ATOMIC_ACQ_REL);
+
+		if (fd >= 0)
+			real.close(fd);
+	}
+}
+
 struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 {
 	WSPPROC_TABLE *t = wsd_spi();
@@ -196,9 +255,17 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	ss->path = path;
 	ss->ring_size = p->ring_size;
 	ss->region_len = CTL_SIZE + ss->ring_size;
+	ss->map_len = ss->region_len;
+	ss->region_fd = -1;
 	ss->stage_len = 65536 + REC_HDR + REC_TRAILER;
-	ss->region = mmap(NULL, ss->region_len, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (getrandom(&ss->rx_key, sizeof(ss->rx_key), 0) != sizeof(ss->rx_key))
+		ss->rx_key = (uint64_t)(uintptr_t)ss ^ (uint64_t)time(NULL);
+	ss->rx_key |= 1;   /* a zeroed header never matches position 0 */
+	if (path == PATH_SHM)
+		ss->region = shared_region(ss);
+	else
+		ss->region = mmap(NULL, ss->region_len, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	ss->stage = mmap(NULL, ss->stage_len + 4096, PROT_READ | PROT_WRITE,
 			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (ss->region == MAP_FAILED || ss->stage == MAP_FAILED)
@@ -206,9 +273,6 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	ss->words = (uint64_t *)(ss->stage + ss->stage_len);
 	ss->ctl = (struct wsd_ctl *)ss->region;
 	ss->ring = ss->region + CTL_SIZE;
-	if (getrandom(&ss->rx_key, sizeof(ss->rx_key), 0) != sizeof(ss->rx_key))
-		ss->rx_key = (uint64_t)(uintptr_t)ss ^ (uint64_t)time(NULL);
-	ss->rx_key |= 1;   /* a zeroed header never matches position 0 */
 	if (t->lpWSPRegisterRdmaMemory(ws, ss->region, (uint32_t)ss->region_len, MEM_WRITE,
 				       ss->rx_desc, &dlen, &err))
 		goto fail;
@@ -244,7 +308,11 @@ void wsd_session_free(struct wsd_session *ss)
 	if (ss->ws != INVALID_SOCKET)
 		wsd_spi()->lpWSPCloseSocket(ss->ws, &err);
 	if (ss->region && ss->region != MAP_FAILED)
-		munmap(ss->region, ss->region_len);
+		munmap(ss->region, ss->map_len);
+	if (ss->region_fd >= 0)
+		real.close(ss->region_fd);
+	if (ss->peer_map)
+		munmap(ss->peer_map, ss->peer_map_len);
 	if (ss->stage && ss->stage != MAP_FAILED)
 		munmap(ss->stage, ss->stage_len + 4096);
 	free(ss);
@@ -258,6 +326,45 @@ void wsd_session_hello(const struct wsd_session *ss, struct wsd_hello *h, uint16
 	h->ring_size = ss->ring_size;
 	h->key = ss->rx_key;
 	memcpy(h->desc, ss->rx_desc, sizeof(h->desc));
+	h->pid = ss->region_fd >= 0 ? (uint32_t)getpid() : 0;
+	h->region_fd = ss->region_fd;
+}
+
+/*
+ * shm: map the peer's region from its memfd (pidfd_getfd: the same right
+ * to the peer's memory as process_vm_writev, which the shm transport
+ * checked), if it is the one the HELLO names (its key after it).  Stores
+ * then replace RDMA writes: no system call, no page pinning per write.
+ */
+static void map_peer(struct wsd_session *ss, const struct wsd_hello *h)
+{
+	size_t len = CTL_SIZE + (size_t)h->ring_size + 4096;
+	int pfd, fd = -1;
+	struct stat st;
+	uint8_t *m;
+	uint64_t key;
+
+	if (ss->path != PATH_SHM || !h->pid || h->region_fd < 0)
+		return;
+	pfd = (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
+	if (pfd >= 0) {
+		fd = (int)syscall(SYS_pidfd_getfd, pfd, h->region_fd, 0);
+		close(pfd);
+	}
+	if (fd < 0)
+		return;
+	m = fstat(fd, &st) == 0 && (size_t)st.st_size == len ?
+	    mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+	close(fd);
+	if (m == MAP_FAILED)
+		return;
+	memcpy(&key, m + len - 4096, sizeof(key));
+	if (key != h->key) {
+		munmap(m, len);
+		return;
+	}
+	ss->peer_map = m;
+	ss->peer_map_len = len;
 }
 
 void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
@@ -265,6 +372,10 @@ void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
 	memcpy(ss->peer_desc, h->desc, sizeof(ss->peer_desc));
 	ss->peer_ring = h->ring_size;
 	ss->tx_key = h->key;
+	map_peer(ss, h);
+	/* either way the peer's memfd can go (the word goes by the new path if mapped) */
+	if (h->pid)
+		put_word(ss, W_MU, CW_MAPPED, ss->peer_map ? 1 : 2);
 }
 
 static void set_stat_path(struct wsd_sock *s)
@@ -1186,6 +1297,8 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	 * that came with it may have been read by the drain before a sleep.
 	 */
 	serve_back_unlocked(s);
+	if (s->sess)
+		region_fd_check(s->sess);
 	if (s->pre || s->rx_skip) {
 		n = pre_recv(s, c, flags);
 		if (n)
@@ -1841,6 +1954,7 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	size_t want = cur_left(c), done = 0;
 	int r = 0;
 
+	region_fd_check(ss);
 	if (s->tx_shut)
 		return epipe(flags);
 	switch (ctl_get(ss, CW_CLOSED)) {

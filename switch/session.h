@@ -23,9 +23,13 @@ struct wsd_hello {
 	uint32_t ring_size;          /* the sender's receive ring */
 	uint64_t key;                /* stamps of records in the sender's ring */
 	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];  /* the sender's receive region */
+	/* shm: the sender's pid and the descriptor of the memfd that holds its
+	 * region, for the peer to map (pidfd_getfd); 0 and -1 otherwise */
+	uint32_t pid;
+	int32_t region_fd;
 	/* zero: version 3 had the 4-tuple here, now in struct wsd_tuple;
 	 * kept so that every version's HELLO is 96 bytes (wsd-protocol(7)) */
-	uint8_t reserved[40];
+	uint8_t reserved[32];
 };
 _Static_assert(sizeof(struct wsd_hello) == 96, "handshake messages are 96 bytes");
 
@@ -63,6 +67,7 @@ enum {
 	CW_POST,         /* the peer offers its receive buffer (post.gen), or 0 */
 	CW_POST_CANCEL,  /* the peer withdrew its offer of this generation */
 	CW_CLAIM,        /* the peer is writing into our offered buffer (generation) */
+	CW_MAPPED,       /* the peer mapped our region (1) or will not (2): our memfd can go */
 	CW_N
 };
 
@@ -84,7 +89,7 @@ struct wsd_ctl {
 	struct wsd_post post;        /* written before CW_POST names its generation */
 };
 
-#define CTL_SIZE 256u
+#define CTL_SIZE 512u
 _Static_assert(sizeof(struct wsd_ctl) <= CTL_SIZE, "control area");
 
 enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5, REC_BACK = 6,
@@ -127,8 +132,12 @@ struct wsd_session {
 	uint32_t ring_size;
 	uint64_t rx_key;
 	uint8_t rx_desc[WSP_RDMA_DESCRIPTOR_SIZE];
+	int region_fd;               /* shm: the memfd holding it, until the peer mapped it */
+	size_t map_len;              /* region_len and the page holding rx_key after it */
 	/* the peer's */
 	uint8_t peer_desc[WSP_RDMA_DESCRIPTOR_SIZE];
+	uint8_t *peer_map;           /* shm: the peer's region, mapped here (or NULL) */
+	size_t peer_map_len;
 	uint32_t peer_ring;
 	uint64_t tx_key;
 	/* staging for records (tx_lock) and single words (each its own) */
