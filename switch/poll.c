@@ -146,6 +146,18 @@ static short accel_revents(struct wsd_sock *s, short events, short krev, bool ar
 	return r & (events | POLLHUP | POLLERR);
 }
 
+/* How long a wait may spin before it sleeps: the time it has, in ns. */
+static int64_t spin_room(const struct deadline *dl)
+{
+	struct timespec left;
+
+	if (dl->inf)
+		return INT64_MAX;
+	if (!deadline_left(dl, &left))
+		return 0;
+	return (int64_t)left.tv_sec * NSEC + left.tv_nsec;
+}
+
 /* ---- poll, ppoll, select, pselect ------------------------------------------------ */
 
 /* select's verdict on one entry, as the kernel's do_select: 1 read, 2 write, 4 except. */
@@ -239,6 +251,16 @@ static int poll_slow(struct pollfd *fds, nfds_t nfds, nfds_t first, struct wsd_s
 	n = poll_fill(fds, kfds, socks, nfds, false, sel);
 	if (n || (timeout && !timeout->tv_sec && !timeout->tv_nsec))
 		goto out;
+	/* spin on the rings first; now and then ask the kernel about the rest */
+	for (int64_t end = wsd_spin_until(spin_room(&dl)), k = 1; end && wsd_spin_burst(end); k++) {
+		if (!(k % 16) && real.ppoll(kfds, nfds, &zero, NULL) < 0) {
+			n = -errno;
+			goto out;
+		}
+		n = poll_fill(fds, kfds, socks, nfds, false, sel);
+		if (n)
+			goto out;
+	}
 	for (;;) {
 		/* arm whatever is not ready; arming may find it ready after all */
 		bool capped;
@@ -1391,6 +1413,16 @@ static int ep_wait(struct epset *set, int epfd, struct epoll_event *ev, int max,
 			}
 			if (!more)
 				return 0;
+			/* spin on the rings first; now and then ask the kernel too */
+			for (int64_t end = polled ? 0 : wsd_spin_until(spin_room(dl)), k = 1;
+			     end && wsd_spin_burst(end); k++) {
+				r = k % 16 ? 0 : real.epoll_wait(epfd, ev, max, 0);
+				if (r < 0)
+					return -errno;
+				n = harvest(set, epfd, ev, r, max, false);
+				if (n)
+					return n;
+			}
 			wsd_recheck_ms = -1;
 			n = harvest(set, epfd, ev, 0, max, true);
 			if (n)

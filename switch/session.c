@@ -1546,6 +1546,23 @@ static void spin_pause(void)
 		sched_yield();
 }
 
+int64_t wsd_spin_until(int64_t max_ns)
+{
+	int64_t ns = wsd_spin_ns();
+
+	if (ns > max_ns)
+		ns = max_ns;
+	return ns > 0 ? wsd_now_ns() + ns : 0;
+}
+
+bool wsd_spin_burst(int64_t end)
+{
+	for (int i = 0; i < SPIN_BURST; i++)
+		__builtin_ia32_pause();
+	spin_pause();
+	return wsd_now_ns() < end;
+}
+
 /* Poll the ring head for a while before sleeping (no lock: a hint only). */
 static bool spin_for_data(struct wsd_sock *s)
 {

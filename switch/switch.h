@@ -238,6 +238,15 @@ uint64_t wsd_sock_rx_mark(struct wsd_sock *s);
 extern __thread int wsd_recheck_ms;
 void wsd_sock_arm(struct wsd_sock *s, short events);
 
+/*
+ * A readiness wait (poll, select, epoll) on accelerated sockets spins a
+ * while before it sleeps, as a blocking receive does: wsd_spin_until()
+ * gives the end of that spin (WSD_SPIN_US, at most max_ns away; 0 for no
+ * spin), and wsd_spin_burst() pauses briefly and says whether time is left.
+ */
+int64_t wsd_spin_until(int64_t max_ns);
+bool wsd_spin_burst(int64_t end);
+
 /* FIONREAD of an accelerated socket, or -1 when the kernel's answer holds. */
 long wsd_sock_nread(struct wsd_sock *s);
 
