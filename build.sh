@@ -9,9 +9,10 @@ cd "$(dirname "$0")"
 
 # qemu-system-x86 runs the RDMA VM rig (tests/vm), part of `make check`;
 # iperf3, sockperf and python3 (to read iperf3's JSON) run real programs
-# under `wsd run` (tests/sock).
+# under `wsd run` (tests/sock); ucx-utils' ucx_perftest is wsd bench's
+# yardstick for shared-memory messaging.
 PACKAGES="build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev
-liburing-dev check qemu-system-x86 iperf3 sockperf python3"
+liburing-dev check qemu-system-x86 iperf3 sockperf python3 ucx-utils"
 
 install_missing() {
 	missing=""

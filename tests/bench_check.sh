@@ -29,6 +29,17 @@ check() {   # check OUTPUT SVG
 timeout -k 5 300 "$wsd" bench --quick --svg "$tmp/a.svg" >"$tmp/a.out" 2>"$tmp/a.err" ||
 	fail "wsd bench --quick failed: $(cat "$tmp/a.err")"
 check "$tmp/a.out" "$tmp/a.svg"
+# on this host, the outside yardsticks (measured when installed: build.sh installs them)
+grep -q "== iperf3 -l 1M" "$tmp/a.out" || fail "no iperf3 section"
+grep -q "== UCX ucx_perftest" "$tmp/a.out" || fail "no UCX section"
+for v in iperf3_1M_ratio tput_1MiB_1stream_vs_ucx_tag_bw; do
+	if command -v iperf3 >/dev/null && command -v ucx_perftest >/dev/null; then
+		grep -Eq "^bench: $v [0-9.]+ .*(MET|MISSED)$" "$tmp/a.out" ||
+			fail "no measured verdict for $v: $(grep "$v" "$tmp/a.out")"
+	else
+		grep -q "^bench: $v " "$tmp/a.out" || fail "no verdict line for $v"
+	fi
+done
 echo "ok: wsd bench --quick"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -36,7 +47,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 spid=$!
 n=0
 until grep -q serving "$tmp/serve.out"; do
-	n=$((n + 1)); [ $n -le 50 ] || fail "wsd bench --serve did not start: $(cat "$tmp/serve.out")"
+	n=$((n + 1)); [ $n -le 300 ] || fail "wsd bench --serve did not start in 30 s: $(cat "$tmp/serve.out")"
 	sleep 0.1
 done
 timeout -k 5 300 "$wsd" bench --quick --peer 127.0.0.1 --port "$port" --svg "$tmp/b.svg" \

@@ -22,10 +22,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "wsd/bench.h"
 #include "wsd/cmd.h"
 
 #define CTL_PORT 47801
-#define MAXR 9
+#define MAXR BENCH_MAXR
 
 struct opts {
 	int rounds, warm_ms, run_ms, lat_count, conn_count;
@@ -168,7 +169,7 @@ static int cmp_double(const void *x, const void *y)
 	return a < b ? -1 : a > b;
 }
 
-static double median(double *v, int n)
+double bench_median(double *v, int n)
 {
 	qsort(v, (size_t)n, sizeof(*v), cmp_double);
 	return n ? v[n / 2] : 0;
@@ -196,6 +197,8 @@ struct results {
 	double rtt[2][3][2][2];         /* [across, one core][64, 1K, 64K][plain, wsd][p50, p99] */
 	bool rtt_done[2];
 	double conn[2];                 /* connections/s */
+	double iperf3[2];               /* Gbit/s, -l 1M */
+	double ucx_bw, ucx_lat;         /* ucx_perftest tag_bw 1 MiB MB/s, tag_lat 64 B us */
 	int off_path;                   /* wsd runs whose connection took another path */
 };
 
@@ -242,11 +245,11 @@ static void measure_tput(const struct opts *o, const char *host, struct results 
 					v[w][r] = secs > 0 ? b / secs / 1e6 : 0;
 					cpu[w][r] = sb ? (cc + sc) / 1e3 / (sb / 1073741824.0) : 0;
 				}
-			res->tput[k][i][0] = median(v[0], o->rounds);
-			res->tput[k][i][1] = median(v[1], o->rounds);
+			res->tput[k][i][0] = bench_median(v[0], o->rounds);
+			res->tput[k][i][1] = bench_median(v[1], o->rounds);
 			if (k == 0 && sizes[i] == 1 << 20) {
-				res->cpu_gib[0] = median(cpu[0], o->rounds);
-				res->cpu_gib[1] = median(cpu[1], o->rounds);
+				res->cpu_gib[0] = bench_median(cpu[0], o->rounds);
+				res->cpu_gib[1] = bench_median(cpu[1], o->rounds);
 			}
 			{
 				char h[32];
@@ -295,7 +298,7 @@ static void measure_rtt(const struct opts *o, const char *host, struct results *
 				}
 			for (int w = 0; w < 2; w++)
 				for (int q = 0; q < 2; q++)
-					res->rtt[p][i][w][q] = median(v[w][q], o->rounds);
+					res->rtt[p][i][w][q] = bench_median(v[w][q], o->rounds);
 			{
 				char h[32];
 				double (*x)[2] = res->rtt[p][i];
@@ -323,14 +326,20 @@ static void measure_conn(const struct opts *o, const char *host, struct results 
 			if (pair(o, w, srv, cli, so, co))
 				sscanf(co, "rate %lf", &v[w][r]);
 		}
-	res->conn[0] = median(v[0], o->rounds);
-	res->conn[1] = median(v[1], o->rounds);
+	res->conn[0] = bench_median(v[0], o->rounds);
+	res->conn[1] = bench_median(v[1], o->rounds);
 	printf("\n== short-lived connections (connect, 64 B each way, close), per second\n");
 	printf("   %10s %10s %7s\n   %10.0f %10.0f %7.2f\n", "plain", "wsd", "ratio", res->conn[0],
 	       res->conn[1], res->conn[0] ? res->conn[1] / res->conn[0] : 0);
 }
 
 /* ---- verdicts and the chart ------------------------------------------------------------- */
+
+/* wsd / TCP, or 0 when either is missing. */
+static double ratio(double wsd, double plain)
+{
+	return plain > 0 && wsd > 0 ? wsd / plain : 0;
+}
 
 static void verdict(const char *name, double v, const char *cmp, double target, const char *unit)
 {
@@ -360,13 +369,14 @@ static void verdicts(const struct results *res)
 	printf("bench: wsd_runs_not_accelerated %d\n", res->off_path);
 	verdict("cpu_per_GiB_ratio", res->cpu_gib[0] ? res->cpu_gib[1] / res->cpu_gib[0] : 0, "<=",
 		0.5, "");
+	verdict("iperf3_1M_ratio", ratio(res->iperf3[1], res->iperf3[0]), ">=", 3, "");
+	verdict("tput_1MiB_1stream_vs_ucx_tag_bw", ratio(res->tput[0][mib][1], res->ucx_bw), ">=",
+		0.85, "");
+	if (res->ucx_lat > 0)
+		printf("bench: rtt_64B_across_cores_p50_one_way_us wsd %.3f ucx_tag_lat %.3f\n",
+		       res->rtt[0][0][1][0] / 2, res->ucx_lat);
 }
 
-/* wsd / TCP, or 0 when either is missing. */
-static double ratio(double wsd, double plain)
-{
-	return plain > 0 && wsd > 0 ? wsd / plain : 0;
-}
 
 /* The second panel: round trips (p50), connections, CPU per GiB. */
 static void svg_latency(FILE *f, const struct results *res, int w, int left, int top)
@@ -578,6 +588,10 @@ int cmd_bench(int argc, char **argv)
 	measure_tput(&o, host, &res);
 	measure_rtt(&o, host, &res);
 	measure_conn(&o, host, &res);
+	if (!o.peer) {
+		bench_iperf3(self, o.rounds, o.run_ms >= 400 ? 2 : 1, res.iperf3);
+		bench_ucx(o.rounds, &res.ucx_bw, &res.ucx_lat);
+	}
 	verdicts(&res);
 	if (write_svg(o.svg, &res))
 		fprintf(stderr, "wsd bench: cannot write %s\n", o.svg);
