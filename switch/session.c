@@ -1641,12 +1641,26 @@ static bool spin_for_room(struct wsd_sock *s, uint32_t len, bool zc)
 	return false;
 }
 
+/*
+ * The zero-copy threshold for this session: by default none where the
+ * sender stores into a mapped ring (our own sends: we mapped the peer's
+ * region; an offer for the peer's: it mapped ours).
+ */
+static uint32_t zc_threshold(struct wsd_session *ss, bool as_receiver)
+{
+	const struct wsd_switch_params *p = wsd_switch_params();
+
+	if (p->zcopy_by_path && (as_receiver ? ctl_get(ss, CW_MAPPED) == 1 : ss->peer_map != NULL))
+		return UINT32_MAX;
+	return p->zcopy_threshold;
+}
+
 /* rx_lock held: worth offering the buffer at c to the sender (write-based zero copy)? */
 static bool may_post(struct wsd_sock *s, const struct cursor *c, int flags)
 {
 	return !(flags & MSG_PEEK) && s->sess && s->rx_mode == DIR_RING && !s->rx_back &&
 	       !s->pre && !s->sess->post_active && c->i < c->n &&
-	       c->iov[c->i].iov_len - c->off >= wsd_switch_params()->zcopy_threshold / 4;
+	       c->iov[c->i].iov_len - c->off >= zc_threshold(s->sess, true) / 4;
 }
 
 /*
@@ -2005,7 +2019,6 @@ static bool receiver_asleep(struct wsd_session *ss)
 static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool nonblock)
 {
 	struct wsd_session *ss = s->sess;
-	const struct wsd_switch_params *p = wsd_switch_params();
 	size_t want = cur_left(c), done = 0;
 	int r = 0;
 
@@ -2053,7 +2066,7 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	 * take later, as from TCP's buffer, and two programs that both send
 	 * before they read do not wait for each other for ever.
 	 */
-	if (!done && !nonblock && want >= p->zcopy_threshold && c->n - c->i == 1 &&
+	if (!done && !nonblock && want >= zc_threshold(ss, false) && c->n - c->i == 1 &&
 	    want <= (1u << 30) && receiver_asleep(ss)) {
 		ssize_t n = send_zc(s, (const uint8_t *)c->iov[c->i].iov_base + c->off, want);
 

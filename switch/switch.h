@@ -339,6 +339,7 @@ struct wsd_switch_params {
 	uint64_t upgrade_bytes;      /* WSD_UPGRADE_BYTES */
 	uint64_t upgrade_ns;         /* WSD_UPGRADE_US */
 	uint32_t zcopy_threshold;    /* WSD_ZCOPY_THRESHOLD (0 in the variable: never) */
+	bool zcopy_by_path;          /* -1 in the variable: no zero copy over a mapped ring */
 };
 
 const struct wsd_switch_params *wsd_switch_params(void);

@@ -147,6 +147,13 @@ int main(int argc, char **argv)
 	struct peer c;
 	int lfd, fd;
 
+	/*
+	 * On shm the switch by default leaves zero copy to connections whose
+	 * ring is not mapped (it is slower there, see wsd(7)); this program is
+	 * about zero copy, so it asks for it, before its first socket.  An
+	 * explicit WSD_ZCOPY_THRESHOLD (0 shows the checks can fail) wins.
+	 */
+	setenv("WSD_ZCOPY_THRESHOLD", "262144", 0);
 	t_init(argc, argv);
 	if (!buf)
 		die("no memory");
