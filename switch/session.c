@@ -1548,20 +1548,32 @@ static int affinity_cpus(void)
 }
 
 /*
- * No more spinners than the CPUs this process may use: with four
- * connections' threads on one CPU, four spinners only take turns burning
- * it (wsd bench, 4 streams of 1 MiB: 0.66 of TCP).  The rest sleep at once.
+ * Spinners in this process: at most half the CPUs it may use (at least
+ * one), as its peer spins too.  With four connections' threads at each end,
+ * four spinners per process on two CPUs took the CPUs from the threads
+ * copying (wsd bench, 4 streams of 256 KiB to 4 MiB: about half of TCP);
+ * the rest sleep at once.
  */
 static _Atomic int spinners;
+
+/*
+ * Threads inside a blocking send or receive on an accelerated socket.
+ * When there are more than the process's CPUs, the threads that would spin
+ * are better asleep: the others are copying and need the CPUs (the four
+ * streams above: 4.6 GB/s with a spinner per process, 15 without).
+ */
+static _Atomic int in_calls;
 
 static bool spin_start(void)
 {
 	int n = atomic_load_explicit(&spinners, memory_order_relaxed);
+	int most = affinity_cpus() / 2 > 1 ? affinity_cpus() / 2 : 1;
 
-	if (wsd_spin_ns() <= 0)
+	if (wsd_spin_ns() <= 0 ||
+	    atomic_load_explicit(&in_calls, memory_order_relaxed) > affinity_cpus())
 		return false;
 	do {
-		if (n >= affinity_cpus())
+		if (n >= most)
 			return false;
 	} while (!atomic_compare_exchange_weak(&spinners, &n, n + 1));
 	return true;
@@ -1578,21 +1590,60 @@ static void spin_pause(void)
 		sched_yield();
 }
 
+/*
+ * Each thread's spin adapts: a spin that finds the thread was off its CPU
+ * for a while (another thread wanted it: more runnable threads than CPUs)
+ * ends at once and quarters the next ones; a spin that ends undisturbed
+ * doubles them again, up to WSD_SPIN_US.  wsd bench, four streams each way
+ * between two processes on two CPUs: 50 us spins gave 0.5-0.7 of TCP,
+ * none 2x TCP, while one stream and round trips need the spin.
+ */
+#define PREEMPTED_NS 20000
+static __thread int64_t spin_budget = -1, spin_last;
+
+static void spin_grow(void)
+{
+	int64_t full = wsd_spin_ns();
+
+	spin_budget = spin_budget * 2 < full ? spin_budget * 2 : full;
+}
+
 int64_t wsd_spin_until(int64_t max_ns)
 {
-	int64_t ns = wsd_spin_ns();
+	int64_t full = wsd_spin_ns(), ns;
 
-	if (ns > max_ns)
-		ns = max_ns;
-	return ns > 0 ? wsd_now_ns() + ns : 0;
+	if (full <= 0)
+		return 0;
+	if (spin_budget < 0 || spin_budget > full)
+		spin_budget = full;
+	ns = spin_budget < max_ns ? spin_budget : max_ns;
+	spin_last = wsd_now_ns();
+	return ns > 0 ? spin_last + ns : 0;
+}
+
+/* Between looks: false when the spin is over (its time is up, or it was preempted). */
+static bool spin_tick(int64_t end)
+{
+	int64_t now;
+
+	spin_pause();
+	now = wsd_now_ns();
+	if (now - spin_last > PREEMPTED_NS) {
+		spin_budget = spin_budget / 4 > 1000 ? spin_budget / 4 : 1000;
+		return false;
+	}
+	spin_last = now;
+	if (now < end)
+		return true;
+	spin_grow();
+	return false;
 }
 
 bool wsd_spin_burst(int64_t end)
 {
 	for (int i = 0; i < SPIN_BURST; i++)
 		__builtin_ia32_pause();
-	spin_pause();
-	return wsd_now_ns() < end;
+	return spin_tick(end);
 }
 
 /* Poll the ring head for a while before sleeping (no lock: a hint only). */
@@ -1603,17 +1654,19 @@ static bool spin_for_data(struct wsd_sock *s)
 
 	if (s->rx_mode != DIR_RING || !spin_start())
 		return false;
-	end = wsd_now_ns() + wsd_spin_ns();
-	do {
+	end = wsd_spin_until(INT64_MAX);
+	while (end) {
 		for (int i = 0; i < SPIN_BURST; i++) {
 			if (rec_at(ss, ss->rx_pos)) {
+				spin_grow();
 				spin_stop();
 				return true;
 			}
 			__builtin_ia32_pause();
 		}
-		spin_pause();
-	} while (wsd_now_ns() < end);
+		if (!spin_tick(end))
+			break;
+	}
 	spin_stop();
 	return false;
 }
@@ -1625,18 +1678,20 @@ static bool spin_for_room(struct wsd_sock *s, uint32_t len, bool zc)
 
 	if (!spin_start())
 		return false;
-	end = wsd_now_ns() + wsd_spin_ns();
-	do {
+	end = wsd_spin_until(INT64_MAX);
+	while (end) {
 		for (int i = 0; i < SPIN_BURST; i++) {
 			if (zc ? ctl_get(ss, CW_ZC_DONE) >=
 				 ss->zc_sent : fits(ss, len, false)) {
+				spin_grow();
 				spin_stop();
 				return true;
 			}
 			__builtin_ia32_pause();
 		}
-		spin_pause();
-	} while (wsd_now_ns() < end);
+		if (!spin_tick(end))
+			break;
+	}
 	spin_stop();
 	return false;
 }
@@ -1821,15 +1876,24 @@ ssize_t wsd_sock_recv(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 		}
 		return 0;
 	}
+	if (!nonblock)
+		atomic_fetch_add_explicit(&in_calls, 1, memory_order_relaxed);
 	for (;;) {
 		n = recv_once(s, &c, flags, nonblock);
-		if (n <= 0)
-			return done ? (ssize_t)done : n;
+		if (n <= 0) {
+			n = done ? (ssize_t)done : n;
+			break;
+		}
 		done += (size_t)n;
 		cur_skip(&c, 0);
-		if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK) || done == want || nonblock)
-			return (ssize_t)done;
+		if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK) || done == want || nonblock) {
+			n = (ssize_t)done;
+			break;
+		}
 	}
+	if (!nonblock)
+		atomic_fetch_sub_explicit(&in_calls, 1, memory_order_relaxed);
+	return n;
 }
 
 /* ---- send ------------------------------------------------------------------------ */
@@ -2144,6 +2208,8 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 
 	wsd_upgrade_maybe(s);
 	cur_skip(&c, 0);
+	if (!nonblock)
+		atomic_fetch_add_explicit(&in_calls, 1, memory_order_relaxed);
 	pthread_mutex_lock(&s->tx_lock);
 	serve_back(s);
 	if (s->detached) {
@@ -2160,6 +2226,8 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 		n = kernel_send(s, &c, flags);
 	}
 	pthread_mutex_unlock(&s->tx_lock);
+	if (!nonblock)
+		atomic_fetch_sub_explicit(&in_calls, 1, memory_order_relaxed);
 	return n;
 }
 
