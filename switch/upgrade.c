@@ -539,6 +539,8 @@ static bool worker_up;
 
 static void fail(struct wsd_sock *s, enum wsd_reason why)
 {
+	/* wsd stat names the connection that stays on TCP, whatever stopped it */
+	(void)learn_tuple(s);
 	atomic_store(&s->upgrade_state, UP_FAILED);
 	set_reason(s, why);
 	wsd_debug("switch: fd %d stays on TCP: %s", s->fd, wsd_reason_name(why));

@@ -5,7 +5,9 @@
 # while the data flows, `wsd stat --json` must show the data connection on
 # path "shm".  A missing iperf3/sockperf/python3 skips (77): ./build.sh
 # installs them.  A missing `wsd stat` fails: without it the path cannot
-# be checked, and passing would claim what was not seen.
+# be checked, and passing would claim what was not seen.  On a host without
+# an RDMA device, iperf3 -l 1M once more with WSD_TRANSPORT=verbs at both
+# ends: it must work and stay on path "tcp", reason "provider".
 #
 # `wsd stat --json` is read loosely: any JSON object with a "path" member
 # is a socket; the ports it names (numbers under keys with "port" in
@@ -67,12 +69,13 @@ stat_snapshot() {
 	return 1
 }
 
-# check_path FILE PORT LABEL: every socket of the connection with local or
-# peer port PORT takes path shm, and there is at least one.
+# check_path FILE PORT [PATH [REASON]]: every socket of the connection with
+# local or peer port PORT takes PATH (default shm), there is at least one,
+# and with REASON at least one has that reason code.
 check_path() {
-	python3 - "$1" "$2" <<'EOF'
+	python3 - "$1" "$2" "${3:-shm}" "${4:-}" <<'EOF'
 import json, re, sys
-path, port = sys.argv[1], int(sys.argv[2])
+path, port, want, reason = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 try:
     data = json.load(open(path))
 except ValueError as e:
@@ -109,11 +112,14 @@ walk(data)
 if not found:
     print("no socket with port %d in wsd stat --json" % port)
     sys.exit(1)
-bad = [s for s in found if s.get("path") != "shm"]
+bad = [s for s in found if s.get("path") != want]
 for s in found:
     print("  %s" % json.dumps(s, sort_keys=True)[:300])
 if bad:
-    print("%d of %d sockets of the connection not on path shm" % (len(bad), len(found)))
+    print("%d of %d sockets of the connection not on path %s" % (len(bad), len(found), want))
+    sys.exit(1)
+if reason and not [s for s in found if s.get("reason") == reason]:
+    print("no socket of the connection with reason %s" % reason)
     sys.exit(1)
 EOF
 }
@@ -138,12 +144,12 @@ iperf() {
 	shift
 	port=$(free_port)
 	echo "== iperf3 $label"
-	timeout 60 "$wsd" run -- iperf3 -s -1 -B 127.0.0.1 -p "$port" -J \
+	timeout 60 env $IPERF_ENV "$wsd" run -- iperf3 -s -1 -B 127.0.0.1 -p "$port" -J \
 		>"$tmp/server.json" 2>"$tmp/server.err" &
 	spid=$!
 	pids="$pids $spid"
 	wait_listen "$port" || { fail "iperf3 $label: the server is not listening"; return; }
-	timeout 60 "$wsd" run -- iperf3 -c 127.0.0.1 -p "$port" -t 2 "$@" -J \
+	timeout 60 env $IPERF_ENV "$wsd" run -- iperf3 -c 127.0.0.1 -p "$port" -t 2 "$@" -J \
 		>"$tmp/client.json" 2>"$tmp/client.err" &
 	cpid=$!
 	pids="$pids $cpid"
@@ -172,17 +178,28 @@ EOF
 		fail "iperf3 $label: no bytes received"
 	fi
 	if [ $have_stat -eq 0 ]; then
-		if check_path "$tmp/stat.json" "$3"; then
-			echo "ok: iperf3 $label: the data connection (port $3) on path shm"
+		if check_path "$tmp/stat.json" "$3" "$IPERF_PATH" "$IPERF_REASON"; then
+			echo "ok: iperf3 $label: the data connection (port $3) on path $IPERF_PATH${IPERF_REASON:+, reason $IPERF_REASON}"
 		else
-			fail "iperf3 $label: the data connection (port $3) is not on path shm"
+			fail "iperf3 $label: the data connection (port $3) is not on path $IPERF_PATH${IPERF_REASON:+ with reason $IPERF_REASON}"
 		fi
 	fi
 }
 
+IPERF_ENV="" IPERF_PATH=shm IPERF_REASON=""
 iperf "-l 128K" -l 128K
 iperf "-l 1M" -l 1M
 iperf "-R" -R
+# Both ends told to use verbs on a host without an RDMA device: the
+# connection stays on TCP, and the connecting side says why (its provider
+# could not start: reason provider).
+if ls /sys/class/infiniband/* >/dev/null 2>&1; then
+	echo "skipped: iperf3 over verbs without a device (this host has one)"
+else
+	IPERF_ENV=WSD_TRANSPORT=verbs IPERF_PATH=tcp IPERF_REASON=provider
+	iperf "-l 1M, WSD_TRANSPORT=verbs and no RDMA device" -l 1M
+	IPERF_ENV="" IPERF_PATH=shm IPERF_REASON=""
+fi
 
 echo "== sockperf"
 port=$(free_port)
