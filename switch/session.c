@@ -217,6 +217,13 @@ static uint64_t ctl_get(struct wsd_session *ss, int idx)
  * page after it holding rx_key, by which the peer knows it mapped the right
  * one.  Anonymous memory when that fails: the peer then writes by RDMA.
  */
+static uint64_t ino_of(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
 static uint8_t *shared_region(struct wsd_session *ss)
 {
 	size_t len = ss->region_len + 4096;
@@ -233,18 +240,27 @@ static uint8_t *shared_region(struct wsd_session *ss)
 	}
 	memcpy(m + ss->region_len, &ss->rx_key, sizeof(ss->rx_key));
 	ss->region_fd = fd;
+	ss->region_ino = ino_of(fd);
 	ss->map_len = len;
 	return m;
+}
+
+/*
+ * Close our memfd, if the descriptor still is it: a program that closes
+ * every descriptor (after fork, say) may have reused the number.
+ */
+static void region_fd_close(int fd, uint64_t ino)
+{
+	if (fd >= 0 && ino_of(fd) == ino)
+		real.close(fd);
 }
 
 /* Our memfd is no longer needed once the peer mapped the region (or will not). */
 static void region_fd_check(struct wsd_session *ss)
 {
 	if (__atomic_load_n(&ss->region_fd, __ATOMIC_RELAXED) >= 0 && ctl_get(ss, CW_MAPPED)) {
-		int fd = __atomic_exchange_n(&ss->region_fd, -1, __ATOMIC_ACQ_REL);
-
-		if (fd >= 0)
-			real.close(fd);
+		region_fd_close(__atomic_exchange_n(&ss->region_fd, -1, __ATOMIC_ACQ_REL),
+				ss->region_ino);
 	}
 }
 
@@ -316,8 +332,7 @@ void wsd_session_free(struct wsd_session *ss)
 		wsd_spi()->lpWSPCloseSocket(ss->ws, &err);
 	if (ss->region && ss->region != MAP_FAILED)
 		munmap(ss->region, ss->map_len);
-	if (ss->region_fd >= 0)
-		real.close(ss->region_fd);
+	region_fd_close(ss->region_fd, ss->region_ino);
 	if (ss->peer_map)
 		munmap(ss->peer_map, ss->peer_map_len);
 	if (ss->stage && ss->stage != MAP_FAILED)

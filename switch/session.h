@@ -133,6 +133,7 @@ struct wsd_session {
 	uint64_t rx_key;
 	uint8_t rx_desc[WSP_RDMA_DESCRIPTOR_SIZE];
 	int region_fd;               /* shm: the memfd holding it, until the peer mapped it */
+	uint64_t region_ino;         /* its inode: the program may have closed the fd */
 	size_t map_len;              /* region_len and the page holding rx_key after it */
 	/* the peer's */
 	uint8_t peer_desc[WSP_RDMA_DESCRIPTOR_SIZE];
