@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* SPI data transfer: WSPSend, WSPRecv, WSPRdmaRead/Write, overlapped results. */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -315,7 +316,14 @@ int WSPGetOverlappedResult(SOCKET h, WSAOVERLAPPED *ov, uint32_t *bytes, int wai
 		if (st != WSA_IO_PENDING || !wait)
 			break;
 		if (wsd_now_ns() < spin_end) {
-			wsp_wait_step(s->pv, spin_end);
+			/*
+			 * Yield, never sleep: wsp_wait_step() sleeps once spin_end
+			 * has passed, which it may have since we looked, and the
+			 * completion thread is not armed for us yet (below).
+			 */
+			pthread_mutex_unlock(&s->pv->lock);
+			sched_yield();
+			pthread_mutex_lock(&s->pv->lock);
 			continue;
 		}
 		/*
