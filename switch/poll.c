@@ -1086,16 +1086,16 @@ static int ep_mod(struct epset *set, int epfd, int fd, struct wsd_epitem *it,
 		  struct epoll_event *ev)
 {
 	struct epoll_event kev;
-	bool accel;
+	bool accel, txs;
 
 	if (!it)        /* none of ours (ENOENT, or a registration made behind our back) */
 		return real.epoll_ctl(epfd, EPOLL_CTL_MOD, fd, ev) ? -errno : 0;
 	accel = it->sock && wsd_sock_accel(it->sock);
-	kev = kernel_event(ev->events, accel, accel && wsd_sock_tx_stream(it->sock),
-			   item_token(it));
+	txs = accel && wsd_sock_tx_stream(it->sock);
+	kev = kernel_event(ev->events, accel, txs, item_token(it));
 	if (real.epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &kev))
 		return -errno;
-	it->txs = accel && wsd_sock_tx_stream(it->sock);
+	it->txs = txs;
 	it->events = ev->events;
 	it->data = ev->data;
 	it->disabled = false;

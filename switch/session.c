@@ -212,11 +212,6 @@ static uint64_t ctl_get(struct wsd_session *ss, int idx)
 
 /* ---- the session object ---------------------------------------------------- */
 
-/*
- * shm: the region in a memfd the peer maps (see wsd_session_peer), with a
- * page after it holding rx_key, by which the peer knows it mapped the right
- * one.  Anonymous memory when that fails: the peer then writes by RDMA.
- */
 static uint64_t ino_of(int fd)
 {
 	struct stat st;
@@ -224,6 +219,11 @@ static uint64_t ino_of(int fd)
 	return fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
+/*
+ * shm: the region in a memfd the peer maps (see wsd_session_peer), with a
+ * page after it holding rx_key, by which the peer knows it mapped the right
+ * one.  Anonymous memory when that fails: the peer then writes by RDMA.
+ */
 static uint8_t *shared_region(struct wsd_session *ss)
 {
 	size_t len = ss->region_len + 4096;
@@ -1542,11 +1542,7 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
  * Spin in short bursts: a peer on another CPU is seen within a burst.
  * Whether the peer runs elsewhere can't be known from here (our own
  * affinity says nothing about the peer's), so spinning is on whenever
- * WSD_SPIN_US is.  A process held to one CPU yields between bursts, so a
- * peer pinned to the same CPU runs at once rather than after a time slice;
- * one free to move does not (yielding there costs a busy process with
- * several threads per connection most of its throughput: the stress test
- * went from 1.1 GB/s to 0.3).
+ * WSD_SPIN_US is, within the limits below.
  */
 #define SPIN_BURST 16     /* pauses between looks at the clock, well under a microsecond */
 
@@ -1599,6 +1595,12 @@ static void spin_stop(void)
 	atomic_fetch_sub(&spinners, 1);
 }
 
+/*
+ * A process held to one CPU yields between bursts, so a peer pinned to the
+ * same CPU runs at once rather than after a time slice; one free to move
+ * does not (yielding there cost a busy process with several threads per
+ * connection most of its throughput: the stress test, 1.1 GB/s to 0.3).
+ */
 static void spin_pause(void)
 {
 	if (affinity_cpus() == 1)
@@ -1661,18 +1663,21 @@ bool wsd_spin_burst(int64_t end)
 	return spin_tick(end);
 }
 
-/* Poll the ring head for a while before sleeping (no lock: a hint only). */
-static bool spin_for_data(struct wsd_sock *s)
+/*
+ * Spin until ready(s, len, zc) (a hint: no lock), or the spin is over.
+ * The condition is looked at between single pauses, the clock between bursts.
+ */
+static bool spin_until_ready(struct wsd_sock *s, bool (*ready)(struct wsd_sock *, uint32_t, bool),
+			     uint32_t len, bool zc)
 {
-	struct wsd_session *ss = s->sess;
 	int64_t end;
 
-	if (s->rx_mode != DIR_RING || !spin_start())
+	if (!spin_start())
 		return false;
 	end = wsd_spin_until(INT64_MAX);
 	while (end) {
 		for (int i = 0; i < SPIN_BURST; i++) {
-			if (rec_at(ss, ss->rx_pos)) {
+			if (ready(s, len, zc)) {
 				spin_grow();
 				spin_stop();
 				return true;
@@ -1686,29 +1691,29 @@ static bool spin_for_data(struct wsd_sock *s)
 	return false;
 }
 
-static bool spin_for_room(struct wsd_sock *s, uint32_t len, bool zc)
+static bool data_ready(struct wsd_sock *s, uint32_t len, bool zc)
+{
+	(void)len; (void)zc;
+	return rec_at(s->sess, s->sess->rx_pos) != NULL;
+}
+
+static bool room_ready(struct wsd_sock *s, uint32_t len, bool zc)
 {
 	struct wsd_session *ss = s->sess;
-	int64_t end;
 
-	if (!spin_start())
-		return false;
-	end = wsd_spin_until(INT64_MAX);
-	while (end) {
-		for (int i = 0; i < SPIN_BURST; i++) {
-			if (zc ? ctl_get(ss, CW_ZC_DONE) >=
-				 ss->zc_sent : fits(ss, len, false)) {
-				spin_grow();
-				spin_stop();
-				return true;
-			}
-			__builtin_ia32_pause();
-		}
-		if (!spin_tick(end))
-			break;
-	}
-	spin_stop();
-	return false;
+	return zc ? ctl_get(ss, CW_ZC_DONE) >= ss->zc_sent : fits(ss, len, false);
+}
+
+/* Poll the ring head for a while before sleeping. */
+static bool spin_for_data(struct wsd_sock *s)
+{
+	return s->rx_mode == DIR_RING && spin_until_ready(s, data_ready, 0, false);
+}
+
+/* Poll for room (or our zero-copy records done) for a while before sleeping. */
+static bool spin_for_room(struct wsd_sock *s, uint32_t len, bool zc)
+{
+	return spin_until_ready(s, room_ready, len, zc);
 }
 
 /*
