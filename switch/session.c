@@ -646,6 +646,32 @@ static int broken(struct wsd_sock *s, int r)
 }
 
 /* tx_lock held, fits() checked.  Payload from c (len bytes) or inline. */
+/*
+ * A record into the peer's mapped ring at off, its header staged: the same
+ * pieces in the same order as write_record's RDMA writes, the payload
+ * copied straight from the caller (no staging copy).
+ */
+static void store_record(struct wsd_session *ss, uint64_t off, uint32_t size,
+			 struct cursor *c, uint32_t len, const void *inline_payload)
+{
+	uint8_t *dst = ss->peer_map + CTL_SIZE + off;
+	uint64_t stamp = ((const struct wsd_rec *)ss->stage)->stamp;
+
+	memcpy(dst, ss->stage, 8);                      /* len, type */
+	__builtin_ia32_sfence();
+	atomic_store_explicit((_Atomic uint64_t *)(void *)(dst + 8), stamp, memory_order_release);
+	__builtin_ia32_sfence();
+	if (c)
+		cur_copy_from(c, dst + REC_HDR, len);
+	else if (len)
+		memcpy(dst + REC_HDR, inline_payload, len);
+	memset(dst + REC_HDR + len, 0, size - REC_HDR - len);   /* pad, and the trailer's rest */
+	__builtin_ia32_sfence();
+	atomic_store_explicit((_Atomic uint64_t *)(void *)(dst + size - REC_TRAILER), stamp,
+			      memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);      /* as rdma_writev's */
+}
+
 static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t len,
 			const void *inline_payload)
 {
@@ -672,6 +698,11 @@ static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uin
 	h->len = len;
 	h->type = type;
 	h->stamp = ss->tx_pos ^ ss->tx_key;
+	if (ss->peer_map) {
+		store_record(ss, off, size, c, len, inline_payload);
+		ss->tx_pos += size;
+		return 0;
+	}
 	if (c)
 		cur_copy_from(c, ss->stage + REC_HDR, len);
 	else if (len)
