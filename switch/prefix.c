@@ -99,49 +99,34 @@ bool wsd_prefix_has_data(const struct wsd_prefix *p)
 
 /* ---- across exec ------------------------------------------------------------------- */
 
-struct env_build {
-	char *buf;
-	size_t len, cap;
-};
-
 static void env_add(int fd, struct wsd_sock *s, void *arg)
 {
-	struct env_build *b = arg;
-	char item[32];
-	int n;
+	FILE *f = arg;
 
 	if (!s->pre || s->pre_fd < 0 || atomic_load(&s->pre->done) ||
 	    (real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
 		return;
-	n = snprintf(item, sizeof(item), "%s%d:%d", b->len ? "," : "", fd, s->pre_fd);
-	if (b->len + (size_t)n + 1 > b->cap) {
-		size_t cap = b->cap ? 2 * b->cap : 256;
-		char *nb = realloc(b->buf, cap);
-
-		if (!nb)
-			return;
-		b->buf = nb;
-		b->cap = cap;
-	}
-	memcpy(b->buf + b->len, item, (size_t)n + 1);
-	b->len += (size_t)n;
+	if (fprintf(f, "%s%d:%d", ftell(f) > (long)strlen(INHERIT_VAR "=") ? "," : "", fd,
+		    s->pre_fd) < 0)
+		return;
 	/* the new image needs the memfd open: it is close-on-exec by default */
 	real.fcntl(s->pre_fd, F_SETFD, 0);
 }
 
 char *wsd_prefix_env(void)
 {
-	struct env_build b = { 0 };
-	char *v;
+	char *v = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&v, &len);
 
-	wsd_fd_each(env_add, &b);
-	if (!b.len) {
-		free(b.buf);
+	if (!f)
+		return NULL;
+	fputs(INHERIT_VAR "=", f);
+	wsd_fd_each(env_add, f);
+	if (fclose(f) || len <= strlen(INHERIT_VAR "=")) {
+		free(v);
 		return NULL;
 	}
-	if (asprintf(&v, INHERIT_VAR "=%s", b.buf) < 0)
-		v = NULL;
-	free(b.buf);
 	return v;
 }
 

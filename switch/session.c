@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -2621,36 +2622,13 @@ void wsd_sock_closed(struct wsd_sock *s)
 
 /* ---- fork and exec: back to the stream ------------------------------------------ */
 
-struct stash {
-	uint8_t *buf;
-	size_t len, cap;
-};
-
-static int stash_add(struct stash *st, const void *p, size_t n)
-{
-	if (st->len + n > st->cap) {
-		size_t cap = st->cap ? st->cap : 65536;
-		uint8_t *b;
-
-		while (cap < st->len + n)
-			cap *= 2;
-		if (!(b = realloc(st->buf, cap)))
-			return -ENOMEM;
-		st->buf = b;
-		st->cap = cap;
-	}
-	memcpy(st->buf + st->len, p, n);
-	st->len += n;
-	return 0;
-}
-
-/* rx_lock held: what is left to deliver first becomes the (shared) prefix. */
-static int set_prefix(struct wsd_sock *s, struct stash *st)
+/* rx_lock held: what is left to deliver first (len bytes) becomes the (shared) prefix. */
+static int set_prefix(struct wsd_sock *s, const uint8_t *data, size_t len)
 {
 	struct wsd_prefix *p;
 	int fd;
 
-	if (!st->len && !s->rx_skip) {
+	if (!len && !s->rx_skip) {
 		if (s->pre && atomic_load(&s->pre->done)) {
 			wsd_prefix_close(s->pre);
 			real.close(s->pre_fd);
@@ -2659,7 +2637,7 @@ static int set_prefix(struct wsd_sock *s, struct stash *st)
 		}
 		return 0;
 	}
-	p = wsd_prefix_new(st->buf, st->len, s->rx_skip, &fd);
+	p = wsd_prefix_new(data, len, s->rx_skip, &fd);
 	if (!p)
 		return -ENOMEM;
 	if (s->pre) {
@@ -2674,11 +2652,10 @@ static int set_prefix(struct wsd_sock *s, struct stash *st)
 
 int wsd_sock_share_skip(struct wsd_sock *s)
 {
-	struct stash st = { 0 };
 	int r;
 
 	pthread_mutex_lock(&s->rx_lock);
-	r = s->rx_skip && !s->pre ? set_prefix(s, &st) : 0;
+	r = s->rx_skip && !s->pre ? set_prefix(s, NULL, 0) : 0;
 	pthread_mutex_unlock(&s->rx_lock);
 	return r;
 }
@@ -2687,7 +2664,9 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 {
 	struct wsd_session *ss = s->sess;
 	int64_t end = wsd_now_ms() + ms;
-	struct stash st = { 0 };
+	char *kept = NULL;
+	size_t kept_len = 0;
+	FILE *st;
 	uint8_t *tmp;
 	int r = 0;
 
@@ -2695,6 +2674,11 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 		return -EINVAL;
 	if (!(tmp = malloc(65536)))
 		return -ENOMEM;
+	/* what the peer sent before its BACK, kept in a growing buffer */
+	if (!(st = open_memstream(&kept, &kept_len))) {
+		free(tmp);
+		return -ENOMEM;
+	}
 	pthread_mutex_lock(&s->rx_lock);
 	if (!s->rx_ready_sent) {
 		/* the peer never sends by ring unless we say we are ready */
@@ -2717,8 +2701,10 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 		ssize_t n = rx_step(s, &c, 0);
 
 		if (n > 0) {
-			if ((r = stash_add(&st, tmp, (size_t)n)))
+			if (fwrite(tmp, 1, (size_t)n, st) != (size_t)n) {
+				r = -ENOMEM;
 				break;
+			}
 			continue;
 		}
 		if (n < 0 && n != -EAGAIN) {
@@ -2762,16 +2748,18 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 
 		real.poll(&p, 1, 1);
 	}
-	if (set_prefix(s, &st) && st.len)
+	if (fclose(st) && !r)
+		r = -ENOMEM;
+	if (set_prefix(s, (const uint8_t *)kept, kept_len) && kept_len)
 		r = -ENOMEM;    /* data we cannot keep: the connection cannot go on */
 	pthread_mutex_unlock(&s->rx_lock);
 	if (!r && (!s->rx_back || !s->tx_back))
 		r = -ETIMEDOUT;
 	if (!r)
 		plain_again(s);         /* with the prefix just made */
-	free(st.buf);
+	free(kept);
 	free(tmp);
-	wsd_debug("switch: fd %d downgrade: %d (%zu bytes kept)", s->fd, r, st.len);
+	wsd_debug("switch: fd %d downgrade: %d (%zu bytes kept)", s->fd, r, kept_len);
 	return r;
 }
 
