@@ -469,8 +469,9 @@ static char *before_exec(void)
 		struct wsd_sock *s = l.socks[i];
 		bool kept = !(real.fcntl(s->fd, F_GETFD) & FD_CLOEXEC);
 
-		if (!kept || !upgraded(s) || wsd_sock_downgrade(s, BACK_MS)) {
-			if (kept && upgraded(s))
+		/* one plain again already (an earlier fork, say) stays as it is */
+		if (!kept || (upgraded(s) && wsd_sock_downgrade(s, BACK_MS))) {
+			if (kept)
 				real.shutdown(s->fd, SHUT_RDWR);   /* reads as closed, not as bells */
 			s->detached = true;
 		}
@@ -503,76 +504,96 @@ extern char **environ;
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 
-EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+static execve_fn next_execve(void)
 {
 	static execve_fn next;
 
-	char *var;
-	int r;
-
 	if (!next)
 		next = (execve_fn)dlsym(RTLD_NEXT, "execve");
-	var = before_exec();
-	r = next(path, argv, var ? with_var(envp, var) : envp);
+	return next;
+}
+
+static execve_fn next_execvpe(void)
+{
+	static execve_fn next;
+
+	if (!next)
+		next = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
+	return next;
+}
+
+/*
+ * The exec itself, with var (from before_exec, or NULL) in the
+ * environment; if it fails, what was allocated for it goes.  The calls
+ * without an environment go straight to the C library's execve/execvpe,
+ * not through ours: before_exec is done once.
+ */
+static int exec_with(execve_fn fn, const char *path, char *const argv[], char *const envp[],
+		     char *var)
+{
+	char *const *e = var ? with_var(envp, var) : envp;
+	int r = fn(path, argv, e), err = errno;
+
+	if (e != envp)
+		free((void *)e);
 	free(var);
+	errno = err;
 	return r;
+}
+
+EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	return exec_with(next_execve(), path, argv, envp, before_exec());
 }
 
 EXPORT int execv(const char *path, char *const argv[])
 {
 	static int (*next)(const char *, char *const[]);
-
 	char *var;
 
 	if (!next)
 		next = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execv");
 	var = before_exec();
 	if (var)
-		return execve(path, argv, with_var(environ, var));
+		return exec_with(next_execve(), path, argv, environ, var);
 	return next(path, argv);
 }
 
 EXPORT int execvp(const char *file, char *const argv[])
 {
 	static int (*next)(const char *, char *const[]);
-
 	char *var;
 
 	if (!next)
 		next = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execvp");
 	var = before_exec();
 	if (var)
-		return execvpe(file, argv, with_var(environ, var));
+		return exec_with(next_execvpe(), file, argv, environ, var);
 	return next(file, argv);
 }
 
 EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	static execve_fn next;
-
-	char *var;
-	int r;
-
-	if (!next)
-		next = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
-	var = before_exec();
-	r = next(file, argv, var ? with_var(envp, var) : envp);
-	free(var);
-	return r;
+	return exec_with(next_execvpe(), file, argv, envp, before_exec());
 }
 
 EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	static int (*next)(int, char *const[], char *const[]);
-
 	char *var;
-	int r;
+	char *const *e;
+	int r, err;
 
 	if (!next)
 		next = (int (*)(int, char *const[], char *const[]))dlsym(RTLD_NEXT, "fexecve");
 	var = before_exec();
-	r = next(fd, argv, var ? with_var(envp, var) : envp);
+	e = var ? with_var(envp, var) : envp;
+	r = next(fd, argv, e);
+	err = errno;
+	if (e != envp)
+		free((void *)e);
 	free(var);
+	errno = err;
 	return r;
 }
 
