@@ -108,7 +108,32 @@ enum wsd_reason {
 	R_NREASONS
 };
 
-const char *wsd_reason_name(enum wsd_reason r);
+/*
+ * Its name, as wsd stat shows it (the switch's debug lines and the wsd
+ * command share it; indexed by the enum, so a new reason without a name
+ * fails the build).
+ */
+static inline const char *wsd_reason_name(unsigned r)
+{
+	static const char *const names[] = {
+		[R_NONE] = "none",
+		[R_PENDING] = "pending",
+		[R_LISTENER] = "listener",
+		[R_DISABLED] = "disabled",
+		[R_PEER_PLAIN] = "peer-plain",
+		[R_REFUSED] = "refused",
+		[R_NO_MATCH] = "no-match",
+		[R_ACCESS] = "access",
+		[R_PROVIDER] = "provider",
+		[R_FORKED] = "forked",
+		[R_UNSUPPORTED] = "unsupported",
+		[R_PROTOCOL] = "protocol",
+		[R_BACK] = "back",
+	};
+	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
+
+	return r < R_NREASONS ? names[r] : "?";
+}
 
 /* Rx/tx direction mode: see session.c. */
 enum { DIR_TCP = 0, DIR_DRAIN, DIR_RING };

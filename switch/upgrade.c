@@ -60,16 +60,6 @@ const struct wsd_switch_params *wsd_switch_params(void)
 	return &params;
 }
 
-const char *wsd_reason_name(enum wsd_reason r)
-{
-	static const char *const names[R_NREASONS] = {
-		"none", "pending", "listener", "disabled", "peer-plain", "refused",
-		"no-match", "access", "provider", "forked", "unsupported", "protocol", "back",
-	};
-
-	return r < R_NREASONS ? names[r] : "?";
-}
-
 static void set_reason(struct wsd_sock *s, enum wsd_reason r)
 {
 	wsd_stat_begin(s->stat);

@@ -31,28 +31,6 @@
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define HDR_LEN offsetof(struct wsd_stat_file, slots)
 
-/*
- * Our own copy of the names (the command does not link the switch), indexed
- * by the enum itself so the order cannot drift; a new reason without a name
- * here fails the build.
- */
-static const char *const reason_names[] = {
-	[R_NONE] = "none",
-	[R_PENDING] = "pending",
-	[R_LISTENER] = "listener",
-	[R_DISABLED] = "disabled",
-	[R_PEER_PLAIN] = "peer-plain",
-	[R_REFUSED] = "refused",
-	[R_NO_MATCH] = "no-match",
-	[R_ACCESS] = "access",
-	[R_PROVIDER] = "provider",
-	[R_FORKED] = "forked",
-	[R_UNSUPPORTED] = "unsupported",
-	[R_PROTOCOL] = "protocol",
-	[R_BACK] = "back",
-};
-_Static_assert(ARRAY_SIZE(reason_names) == R_NREASONS, "a wsd_reason without a name");
-
 static const char *const path_names[] = {
 	[PATH_TCP] = "tcp",
 	[PATH_SHM] = "shm",
@@ -147,8 +125,8 @@ static bool slot_read(const struct wsd_stat_slot *src, uint32_t idx, struct row 
 		snprintf(r->path, sizeof(r->path), "%s", path_names[s.path]);
 	else
 		snprintf(r->path, sizeof(r->path), "path-%u", s.path);
-	if (s.reason < ARRAY_SIZE(reason_names))
-		snprintf(r->reason, sizeof(r->reason), "%s", reason_names[s.reason]);
+	if (s.reason < R_NREASONS)
+		snprintf(r->reason, sizeof(r->reason), "%s", wsd_reason_name(s.reason));
 	else   /* a newer switch's reason */
 		snprintf(r->reason, sizeof(r->reason), "reason-%u", s.reason);
 	for (int c = 0; c < NCTRS; c++)
