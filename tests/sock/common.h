@@ -132,6 +132,9 @@ void settle(int fd, bool first);
  * stderr only, so the transcript stays the same with and without wsd.
  */
 void expect_path(int fd);
+/* Under wsd run (WSD_EXPECT_PATH, and WSD_BIN naming the wsd command): bytes
+ * went by zero copy on fd, as wsd stat --json says, or die. */
+void expect_zcopy(int fd);
 
 /*
  * Non-blocking sends of pattern(seed) from offset 0 until EAGAIN; returns

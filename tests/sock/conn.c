@@ -304,3 +304,35 @@ void drain_exactly(int fd, int len, uint32_t seed)
 	}
 	MUST(fcntl(fd, F_SETFL, fl));
 }
+
+/* Under wsd run: bytes went by zero copy on fd (wsd stat --json). */
+void expect_zcopy(int fd)
+{
+	const char *wsd = getenv("WSD_BIN");
+	char cmd[512], key[32], out[65536], *p;
+	unsigned long long tx = 0, rx = 0;
+	size_t n;
+	FILE *f;
+
+	if (!getenv("WSD_EXPECT_PATH") || !wsd)
+		return;
+	snprintf(cmd, sizeof(cmd), "%s stat --json %d", wsd, (int)getpid());
+	if (!(f = popen(cmd, "r")))
+		die("popen %s", cmd);
+	n = fread(out, 1, sizeof(out) - 1, f);
+	pclose(f);
+	out[n] = 0;
+	snprintf(key, sizeof(key), "\"fd\":%d,", fd);
+	/* the requests or the responses, whichever found the other end waiting */
+	if ((p = strstr(out, key)) && (p = strstr(p, "\"zcopy_tx\":"))) {
+		tx = strtoull(p + strlen("\"zcopy_tx\":"), &p, 10);
+		if (!strncmp(p, ",\"zcopy_rx\":", strlen(",\"zcopy_rx\":")))
+			rx = strtoull(p + strlen(",\"zcopy_rx\":"), NULL, 10);
+	}
+	fprintf(stderr, "zcopy: fd %d: %llu bytes sent and %llu received by zero copy\n", fd,
+		tx, rx);
+	if (tx + rx == 0) {
+		fprintf(stderr, "zcopy: wsd stat says: %s\n", out);
+		die("no zero copy under wsd run");
+	}
+}
