@@ -452,10 +452,14 @@ static void note_exec(int fd, struct wsd_sock *s, void *arg)
 
 /*
  * Before exec.  Every session's provider connection closes with the old
- * image (the peer must not write into an address space being replaced);
- * a socket the new image keeps goes back to the stream first, or if the
- * peer does not answer, is shut both ways (it reads as closed).  Returns
- * the WSD_INHERIT entry naming the prefixes to pass on, or NULL.
+ * image (the peer must not write into an address space being replaced).
+ * Each upgraded socket goes back to the stream first, close-on-exec ones
+ * too: the exec may fail and leave them in use, and if it succeeds the
+ * kernel closes a plain stream whose doorbells were all read, which the
+ * peer sees as the end of the stream (bells left unread would make the
+ * close a reset).  If the peer does not answer, the socket is shut both
+ * ways (it reads as closed).  Returns the WSD_INHERIT entry naming the
+ * prefixes to pass on, or NULL.
  */
 static char *before_exec(void)
 {
@@ -467,12 +471,10 @@ static char *before_exec(void)
 	wsd_fd_each(note_exec, &l);
 	for (size_t i = 0; i < l.n; i++) {
 		struct wsd_sock *s = l.socks[i];
-		bool kept = !(real.fcntl(s->fd, F_GETFD) & FD_CLOEXEC);
 
 		/* one plain again already (an earlier fork, say) stays as it is */
-		if (!kept || (upgraded(s) && wsd_sock_downgrade(s, BACK_MS))) {
-			if (kept)
-				real.shutdown(s->fd, SHUT_RDWR);   /* reads as closed, not as bells */
+		if (upgraded(s) && wsd_sock_downgrade(s, BACK_MS)) {
+			real.shutdown(s->fd, SHUT_RDWR);   /* reads as closed, not as bells */
 			s->detached = true;
 		}
 		wsd_session_abandon(s->sess);

@@ -4,8 +4,9 @@
  * image a close-on-exec socket is gone (EBADF), one without the flag keeps
  * working, including a response that had already arrived before the exec
  * (as an inetd-style handler finds the client's first bytes waiting), and
- * a new connection made in the new image is accelerated again.  First two
- * execs that fail, after which the socket without the flag still works.
+ * a new connection made in the new image is accelerated again; the peer
+ * of the close-on-exec socket reads the end of the stream (not a reset).
+ * First two execs that fail, after which both sockets still work.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -86,14 +87,17 @@ int main(int argc, char **argv)
 	EXPECT(0, "fcntl F_GETFD", fcntl(c2, F_GETFD));
 
 	/*
-	 * An exec that fails changes nothing for a socket the new image would
-	 * have kept (under wsd it went back to TCP first: it must stay usable).
+	 * An exec that fails changes nothing for either socket, the one the
+	 * new image would have kept and the close-on-exec one (under wsd both
+	 * went back to TCP first: they must stay usable).
 	 */
-	for (int i = 0; i < 2; i++)   /* the second finds it on TCP already */
+	for (int i = 0; i < 2; i++)   /* the second finds them on TCP already */
 		EXPECT_ERR(ENOENT, "execl of a program that is not there",
 			   execl("/nonexistent/wsd-exec-test", "x", (char *)NULL));
 	echo_calls(c2, 5, 3);
 	say("5 calls on the inherited connection after the failed execs: ok");
+	echo_calls(c1, 5, 4);
+	say("5 calls on the close-on-exec connection after the failed execs: ok");
 
 	/* a response waiting unread across the exec */
 	echo_request(c2, INFLIGHT_LEN, INFLIGHT_SEED);
