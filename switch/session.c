@@ -2609,6 +2609,10 @@ void wsd_sock_closed(struct wsd_sock *s)
 		pthread_mutex_unlock(&s->tx_lock);
 		return;
 	}
+	/* doorbells left unread would make the kernel's close a reset */
+	pthread_mutex_lock(&s->mu);
+	drain(s);
+	pthread_mutex_unlock(&s->mu);
 	pthread_mutex_lock(&s->tx_lock);
 	if (s->tx_mode == DIR_RING && !s->tx_shut && fits(ss, 0, true))
 		write_record(s, REC_FIN, NULL, 0, NULL);
