@@ -400,7 +400,13 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 {
 	struct sockaddr_storage a;
 	socklen_t al = sizeof(a);
-	struct sockaddr_in sin = { .sin_family = AF_INET };
+	/*
+	 * The registry takes the listener's family: an IPv6 wildcard takes
+	 * IPv4 requests too (rdma_cm, as TCP, unless bindv6only), as the
+	 * program's IPv6 socket takes IPv4 connections.
+	 */
+	struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+	struct sockaddr_in any4 = { .sin_family = AF_INET };
 	struct wsd_stat_addr sa;
 	struct reg *r;
 	pthread_attr_t at;
@@ -433,10 +439,12 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 		goto out;
 	r->port = sa.port;
 	r->refs = 1;
-	r->ls = procs.lpWSPSocket(AF_INET, SOCK_STREAM, 0, &proto, 0, 0, &err);
-	sin.sin_port = htons(sa.port);
+	r->ls = procs.lpWSPSocket(a.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	any4.sin_port = any6.sin6_port = htons(sa.port);
 	if (r->ls == INVALID_SOCKET ||
-	    procs.lpWSPBind(r->ls, (struct sockaddr *)&sin, sizeof(sin), &err) ||
+	    procs.lpWSPBind(r->ls, a.ss_family == AF_INET6 ? (struct sockaddr *)&any6
+							  : (struct sockaddr *)&any4,
+			    a.ss_family == AF_INET6 ? sizeof(any6) : sizeof(any4), &err) ||
 	    procs.lpWSPListen(r->ls, 128, &err)) {
 		/* another process has this port's registry (SO_REUSEPORT): stay plain */
 		wsd_debug("switch: no registry for port %u (%d)", sa.port, err);
@@ -536,9 +544,32 @@ static void fail(struct wsd_sock *s, enum wsd_reason why)
 	wsd_debug("switch: fd %d stays on TCP: %s", s->fd, wsd_reason_name(why));
 }
 
+/*
+ * The peer's switch listens on the peer's address and port: as an IPv4
+ * address when the peer's is one (mapped or not), else as IPv6, the scope
+ * of a link-local address included.  Returns the length.
+ */
+static socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to)
+{
+	const struct wsd_stat_addr *p = &s->stat->peer;
+
+	memset(to, 0, sizeof(*to));
+	if (p->family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)to;
+
+		in->sin_family = AF_INET;
+		in->sin_port = htons(p->port);
+		memcpy(&in->sin_addr, p->addr, 4);
+		return sizeof(*in);
+	}
+	memcpy(to, &s->peer, sizeof(struct sockaddr_in6));
+	return sizeof(struct sockaddr_in6);
+}
+
 static void client_upgrade(struct wsd_sock *s)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_storage to;
+	socklen_t tolen;
 	struct wsd_session *ss;
 	struct wsd_hello h = { 0 }, a;
 	struct wsd_tuple t = { .magic = WSD_TUPLE_MAGIC, .version = WSD_PROTO_VERSION };
@@ -550,15 +581,13 @@ static void client_upgrade(struct wsd_sock *s)
 		return fail(s, s->no_upgrade ? (enum wsd_reason)s->why_not : R_FORKED);
 	if (learn_tuple(s))
 		return fail(s, R_PEER_PLAIN);
-	if (s->stat->peer.family == AF_INET)
-		memcpy(&sin.sin_addr, s->stat->peer.addr, 4);
-	sin.sin_port = htons(s->stat->peer.port);
+	tolen = peer_addr(s, &to);
 	t.client = s->stat->local;
 	t.server = s->stat->peer;
-	ws = procs.lpWSPSocket(AF_INET, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	ws = procs.lpWSPSocket(to.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
 	if (ws == INVALID_SOCKET)
 		return fail(s, R_PROVIDER);
-	if (procs.lpWSPConnect(ws, (struct sockaddr *)&sin, sizeof(sin), &caller, NULL, NULL,
+	if (procs.lpWSPConnect(ws, (struct sockaddr *)&to, tolen, &caller, NULL, NULL,
 			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
 		return fail(s, err == WSAEACCES ? R_ACCESS : R_PEER_PLAIN);

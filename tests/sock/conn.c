@@ -21,23 +21,29 @@ const char *famname(int family)
 	return family == AF_INET6 ? "AF_INET6" : family == AF_INET ? "AF_INET" : "AF_?";
 }
 
+/*
+ * The loopback address of family, or WSD_TEST_ADDR when set (the VM rig
+ * puts both ends on two devices joined by a wire): an address of family.
+ */
 static socklen_t loopback(int family, int port, struct sockaddr_storage *ss)
 {
+	const char *a = getenv("WSD_TEST_ADDR");
+
 	memset(ss, 0, sizeof(*ss));
 	if (family == AF_INET6) {
 		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
 
 		s6->sin6_family = AF_INET6;
 		s6->sin6_addr = in6addr_loopback;
+		if (a && *a && inet_pton(AF_INET6, a, &s6->sin6_addr) != 1)
+			die("WSD_TEST_ADDR=%s is not an IPv6 address", a);
 		s6->sin6_port = htons(port);
 		return sizeof(*s6);
 	}
 	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-	const char *a = getenv("WSD_TEST_ADDR");
 
 	s4->sin_family = AF_INET;
 	s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	/* the VM rig puts both ends on two devices joined by a wire */
 	if (a && *a && inet_pton(AF_INET, a, &s4->sin_addr) != 1)
 		die("WSD_TEST_ADDR=%s is not an IPv4 address", a);
 	s4->sin_port = htons(port);
