@@ -1650,6 +1650,32 @@ static void spin_pause(void)
 #define PREEMPTED_NS 20000
 static __thread int64_t spin_budget = -1, spin_last;
 
+/*
+ * A spin that lost its CPU for a time slice (another program wants the
+ * CPU) stops spinning for a while: the thread sleeps at once, as a plain
+ * TCP program's does.  The scheduler favours a thread that sleeps, and
+ * wakes it ahead of the busy program, while one that spins is busy itself
+ * and waits for the next slice: 64-byte round trips with one busy loop
+ * beside the two ends, p99 4 ms spinning, 65 us plain TCP.  The pause
+ * doubles when the next spin soon loses its CPU again (up to a second) and
+ * starts again from the shortest otherwise.  A thread held to one CPU
+ * yields in its spin (spin_pause): to a busy program there, a yield gives
+ * away a whole slice, the same loss.
+ */
+#define SLICE_LOST_NS 500000
+#define SPIN_OFF_MIN_NS 4000000
+#define SPIN_OFF_MAX_NS 1024000000
+static __thread int64_t spin_off_until, spin_off_ns;
+
+static void spin_lost_slice(int64_t now)
+{
+	if (spin_off_ns && now - spin_off_until < 4 * spin_off_ns)
+		spin_off_ns = spin_off_ns * 2 < SPIN_OFF_MAX_NS ? spin_off_ns * 2 : SPIN_OFF_MAX_NS;
+	else
+		spin_off_ns = SPIN_OFF_MIN_NS;
+	spin_off_until = now + spin_off_ns;
+}
+
 static void spin_grow(void)
 {
 	int64_t full = wsd_spin_ns();
@@ -1667,6 +1693,8 @@ int64_t wsd_spin_until(int64_t max_ns)
 		spin_budget = full;
 	ns = spin_budget < max_ns ? spin_budget : max_ns;
 	spin_last = wsd_now_ns();
+	if (spin_off_until && spin_last < spin_off_until)
+		return 0;
 	return ns > 0 ? spin_last + ns : 0;
 }
 
@@ -1679,6 +1707,8 @@ static bool spin_tick(int64_t end)
 	now = wsd_now_ns();
 	if (now - spin_last > PREEMPTED_NS) {
 		spin_budget = spin_budget / 4 > 1000 ? spin_budget / 4 : 1000;
+		if (now - spin_last > SLICE_LOST_NS)
+			spin_lost_slice(now);
 		return false;
 	}
 	spin_last = now;
