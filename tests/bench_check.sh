@@ -32,6 +32,12 @@ check "$tmp/a.out" "$tmp/a.svg"
 # on this host, the outside yardsticks (measured when installed: build.sh installs them)
 grep -q "== iperf3 -l 1M" "$tmp/a.out" || fail "no iperf3 section"
 grep -q "== UCX ucx_perftest" "$tmp/a.out" || fail "no UCX section"
+# beside a busy loop (this host, two CPUs or more)
+if [ "$(nproc)" -ge 2 ]; then
+	grep -q "a busy loop on cpu 0" "$tmp/a.out" || fail "no busy-loop round trip section"
+	grep -Eq "^bench: rtt_64B_busy_cpu_mean_us plain [0-9.]+ wsd [0-9.]+ ratio [0-9.]+$" \
+		"$tmp/a.out" || fail "no measured busy-loop line: $(grep busy "$tmp/a.out")"
+fi
 for v in iperf3_1M_ratio tput_1MiB_1stream_vs_ucx_tag_bw; do
 	if command -v iperf3 >/dev/null && command -v ucx_perftest >/dev/null; then
 		grep -Eq "^bench: $v [0-9.]+ .*(MET|MISSED)$" "$tmp/a.out" ||

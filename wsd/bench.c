@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -196,6 +197,9 @@ struct results {
 	double cpu_gib[2];              /* ms of CPU per GiB, both ends, 1 MiB, 1 stream */
 	double rtt[2][3][2][2];         /* [across, one core][64, 1K, 64K][plain, wsd][p50, p99] */
 	bool rtt_done[2];
+	double busy[2][3];              /* 64 B across cores, a busy loop on cpu 0:
+					   [plain, wsd][p50, p99, mean] */
+	bool busy_done;
 	double conn[2];                 /* connections/s */
 	double iperf3[2];               /* Gbit/s, -l 1M */
 	double ucx_bw, ucx_lat;         /* ucx_perftest tag_bw 1 MiB MB/s, tag_lat 64 B us */
@@ -312,6 +316,72 @@ static void measure_rtt(const struct opts *o, const char *host, struct results *
 	}
 }
 
+/* A process that keeps cpu 0 busy until it is killed. */
+static pid_t busy_loop(void)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		cpu_set_t set;
+
+		/* never outlives the bench */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == 1)
+			_exit(0);
+		CPU_ZERO(&set);
+		CPU_SET(0, &set);
+		sched_setaffinity(0, sizeof(set), &set);
+		for (;;)
+			__asm__ volatile("" ::: "memory");
+	}
+	return pid;
+}
+
+/*
+ * 64-byte round trips across cores while another program keeps cpu 0
+ * busy, as on a loaded machine: a spinning end shares its CPU with it.
+ * The mean shows what a lost time slice costs.
+ */
+static void measure_busy(const struct opts *o, const char *host, struct results *res)
+{
+	char cnt[16], so[256], co[256];
+	double v[2][3][MAXR];
+	char *srv[] = { "lat-srv", (char *)host, "64", "0", NULL };
+	char *cli[] = { "lat-cli", (char *)host, "PORT", "64", cnt, "1", NULL };
+	cpu_set_t set;
+
+	if (o->peer || sched_getaffinity(0, sizeof(set), &set) || CPU_COUNT(&set) < 2 ||
+	    !CPU_ISSET(0, &set))
+		return;
+	snprintf(cnt, sizeof(cnt), "%d", o->lat_count);
+	printf("\n== round trip, 64 B, ends on cpu 0 and cpu 1, a busy loop on cpu 0, us "
+	       "(median of %d)\n", o->rounds);
+	printf("   %-9s %10s %10s %10s %10s %10s %10s\n", "", "plain p50", "p99", "mean",
+	       "wsd p50", "p99", "mean");
+	for (int r = 0; r < o->rounds; r++)
+		for (int w = 0; w < 2; w++) {
+			pid_t hog = busy_loop();
+
+			v[w][0][r] = v[w][1][r] = v[w][2][r] = 0;
+			if (hog > 0 && pair(o, w, srv, cli, so, co) &&
+			    sscanf(co, "p50 %lf p99 %lf mean %lf", &v[w][0][r], &v[w][1][r],
+				   &v[w][2][r]) == 3)
+				check_path(res, w, co);
+			if (hog > 0) {
+				kill(hog, SIGKILL);
+				waitpid(hog, NULL, 0);
+			}
+		}
+	for (int w = 0; w < 2; w++)
+		for (int q = 0; q < 3; q++)
+			res->busy[w][q] = bench_median(v[w][q], o->rounds);
+	res->busy_done = true;
+	printf("   %-9s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", "64 B", res->busy[0][0],
+	       res->busy[0][1], res->busy[0][2], res->busy[1][0], res->busy[1][1],
+	       res->busy[1][2]);
+	fflush(stdout);
+}
+
 static void measure_conn(const struct opts *o, const char *host, struct results *res)
 {
 	char cnt[16], so[256], co[256];
@@ -375,6 +445,9 @@ static void verdicts(const struct results *res)
 	if (res->ucx_lat > 0)
 		printf("bench: rtt_64B_across_cores_p50_one_way_us wsd %.3f ucx_tag_lat %.3f\n",
 		       res->rtt[0][0][1][0] / 2, res->ucx_lat);
+	if (res->busy_done)
+		printf("bench: rtt_64B_busy_cpu_mean_us plain %.2f wsd %.2f ratio %.2f\n",
+		       res->busy[0][2], res->busy[1][2], ratio(res->busy[1][2], res->busy[0][2]));
 }
 
 
@@ -587,6 +660,7 @@ int cmd_bench(int argc, char **argv)
 	       o.peer ? o.peer : "on this host");
 	measure_tput(&o, host, &res);
 	measure_rtt(&o, host, &res);
+	measure_busy(&o, host, &res);
 	measure_conn(&o, host, &res);
 	if (!o.peer) {
 		bench_iperf3(self, o.rounds, o.run_ms >= 400 ? 2 : 1, res.iperf3);

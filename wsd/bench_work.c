@@ -8,7 +8,7 @@
  *   tput-srv HOST STREAMS CPU              count what STREAMS connections send
  *   tput-cli HOST PORT SIZE STREAMS WARM_MS RUN_MS CPU
  *   lat-srv  HOST SIZE CPU                 echo SIZE-byte messages
- *   lat-cli  HOST PORT SIZE COUNT CPU      round trips, p50 and p99
+ *   lat-cli  HOST PORT SIZE COUNT CPU      round trips, p50, p99 and mean
  *   conn-srv HOST COUNT                    answer COUNT short connections
  *   conn-cli HOST PORT COUNT               connect, 64 B each way, close
  */
@@ -259,7 +259,7 @@ static int lat(bool server, char **a, int n)
 		printf("cpu_us %llu\n", cpu_us());
 	} else {
 		int count = atoi(a[3]);
-		double *rt = calloc((size_t)count, sizeof(*rt)), t0 = now_s();
+		double *rt = calloc((size_t)count, sizeof(*rt)), t0 = now_s(), sum = 0;
 
 		if (!rt || count < 1)
 			return 2;
@@ -277,8 +277,10 @@ static int lat(bool server, char **a, int n)
 			rt[i] = (now_s() - t) * 1e6;
 		}
 		qsort(rt, (size_t)count, sizeof(*rt), cmp_double);
-		printf("p50 %.3f p99 %.3f path %s\n", rt[count / 2], rt[count * 99 / 100],
-		       path_of(fd));
+		for (int i = 0; i < count; i++)
+			sum += rt[i];
+		printf("p50 %.3f p99 %.3f mean %.3f path %s\n", rt[count / 2],
+		       rt[count * 99 / 100], sum / count, path_of(fd));
 		free(rt);
 	}
 	close(fd);
