@@ -137,7 +137,7 @@ WSD_HIDDEN SOCKET wsp_sock_new(struct wsp_provider *pv, int af, int *err,
 WSD_HIDDEN void wsp_sock_release_handle(struct wsp_socket *s);
 WSD_HIDDEN int wsp_sock_watch(struct wsp_socket *s);
 WSD_HIDDEN void wsp_kick(struct wsp_socket *s, const WSAOVERLAPPED *ov);
-WSD_HIDDEN void wsp_harvest(struct wsp_socket *s);
+WSD_HIDDEN int wsp_harvest(struct wsp_socket *s);
 WSD_HIDDEN struct wsp_req *wsp_req_new(struct wsp_socket *s, enum req_kind kind,
 				       WSAOVERLAPPED *ov);
 WSD_HIDDEN void wsp_req_release(struct wsp_req *r);
