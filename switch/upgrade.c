@@ -671,8 +671,17 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 	struct job *j;
 	int expect = UP_NONE;
 
-	if (!s->connected_side || atomic_load_explicit(&s->upgrade_state,
-						       memory_order_relaxed) != UP_NONE)
+	if (!s->connected_side) {
+		/*
+		 * The accepting side upgrades when asked; until then wsd stat
+		 * shows its addresses from its first data call (two system
+		 * calls once, not on every accept: most short ones never ask).
+		 */
+		if (!s->tuple_known && !s->listening)
+			(void)learn_tuple(s);
+		return;
+	}
+	if (atomic_load_explicit(&s->upgrade_state, memory_order_relaxed) != UP_NONE)
 		return;
 	p = wsd_switch_params();
 	if (s->no_upgrade || !p->enabled) {

@@ -69,13 +69,15 @@ stat_snapshot() {
 	return 1
 }
 
-# check_path FILE PORT [PATH [REASON]]: every socket of the connection with
-# local or peer port PORT takes PATH (default shm), there is at least one,
-# and with REASON at least one has that reason code.
+# check_path FILE PORT [PATH [REASON [ENDS]]]: every socket of the connection
+# with local or peer port PORT takes PATH (default shm), there are at least
+# ENDS of them (default 1; 2 when both ends run under wsd and must show
+# their addresses), and with REASON at least one has that reason code.
 check_path() {
-	python3 - "$1" "$2" "${3:-shm}" "${4:-}" <<'EOF'
+	python3 - "$1" "$2" "${3:-shm}" "${4:-}" "${5:-1}" <<'EOF'
 import json, re, sys
 path, port, want, reason = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+ends = int(sys.argv[5])
 try:
     data = json.load(open(path))
 except ValueError as e:
@@ -111,6 +113,11 @@ def walk(o):
 walk(data)
 if not found:
     print("no socket with port %d in wsd stat --json" % port)
+    sys.exit(1)
+if len(found) < ends:
+    for s in found:
+        print("  %s" % json.dumps(s, sort_keys=True)[:300])
+    print("%d socket(s) with port %d in wsd stat --json, not the %d ends" % (len(found), port, ends))
     sys.exit(1)
 bad = [s for s in found if s.get("path") != want]
 for s in found:
@@ -178,10 +185,11 @@ EOF
 		fail "iperf3 $label: no bytes received"
 	fi
 	if [ $have_stat -eq 0 ]; then
-		if check_path "$tmp/stat.json" "$3" "$IPERF_PATH" "$IPERF_REASON"; then
-			echo "ok: iperf3 $label: the data connection (port $3) on path $IPERF_PATH${IPERF_REASON:+, reason $IPERF_REASON}"
+		# both ends run under wsd: both sockets show, addresses and all
+		if check_path "$tmp/stat.json" "$3" "$IPERF_PATH" "$IPERF_REASON" 2; then
+			echo "ok: iperf3 $label: the data connection (port $3), both ends, on path $IPERF_PATH${IPERF_REASON:+, reason $IPERF_REASON}"
 		else
-			fail "iperf3 $label: the data connection (port $3) is not on path $IPERF_PATH${IPERF_REASON:+ with reason $IPERF_REASON}"
+			fail "iperf3 $label: the data connection (port $3) does not show both ends on path $IPERF_PATH${IPERF_REASON:+ with reason $IPERF_REASON}"
 		fi
 	fi
 }
