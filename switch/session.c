@@ -1693,7 +1693,7 @@ int64_t wsd_spin_until(int64_t max_ns)
 		spin_budget = full;
 	ns = spin_budget < max_ns ? spin_budget : max_ns;
 	spin_last = wsd_now_ns();
-	if (spin_off_until && spin_last < spin_off_until)
+	if (spin_last < spin_off_until)    /* a pause after a lost slice */
 		return 0;
 	return ns > 0 ? spin_last + ns : 0;
 }
