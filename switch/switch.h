@@ -110,8 +110,8 @@ enum wsd_reason {
 
 /*
  * Its name, as wsd stat shows it (the switch's debug lines and the wsd
- * command share it; indexed by the enum, so a new reason without a name
- * fails the build).
+ * command share it).  Indexed by the enum: the assertion fails the build
+ * when the last reason has no name; one missing in the middle reads "?".
  */
 static inline const char *wsd_reason_name(unsigned r)
 {
@@ -132,7 +132,7 @@ static inline const char *wsd_reason_name(unsigned r)
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
 
-	return r < R_NREASONS ? names[r] : "?";
+	return r < R_NREASONS && names[r] ? names[r] : "?";
 }
 
 /* Rx/tx direction mode: see session.c. */
