@@ -10,6 +10,13 @@
  * word, so an idle connection costs no CPU and the application's own fd
  * turns readable for poll/epoll.
  *
+ * Each side proves it holds the TCP connection: right after its SWITCH
+ * point it writes the challenge the peer sent in the handshake on the
+ * stream (proof_write), which only the real TCP peer can do; the receiver
+ * takes nothing from the ring before it read that proof (proof_read), and
+ * the listening side sends nothing by ring before.  A listening side whose
+ * ring peer fails the proof goes on over TCP as if nothing happened.
+ *
  * Locks: rx_lock, then tx_lock, then mu.  Nobody sleeps holding one.
  */
 #define _GNU_SOURCE
@@ -37,6 +44,7 @@
 #define W_TX 1
 #define W_MU 2
 #define TICK_MS 10                   /* waits no doorbell can end */
+#define PROOF_MS 2000                /* part of a proof waits this for the rest */
 
 static size_t iov_total(const struct iovec *iov, int n)
 {
@@ -285,6 +293,8 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	if (getrandom(&ss->rx_key, sizeof(ss->rx_key), 0) != sizeof(ss->rx_key))
 		ss->rx_key = (uint64_t)(uintptr_t)ss ^ (uint64_t)time(NULL);
 	ss->rx_key |= 1;   /* a zeroed header never matches position 0 */
+	if (getrandom(ss->nonce, sizeof(ss->nonce), 0) != sizeof(ss->nonce))
+		goto fail;  /* a guessable challenge proves nothing */
 	if (path == PATH_SHM)
 		ss->region = shared_region(ss);
 	else
@@ -351,6 +361,7 @@ void wsd_session_hello(const struct wsd_session *ss, struct wsd_hello *h, uint16
 	memcpy(h->desc, ss->rx_desc, sizeof(h->desc));
 	h->pid = ss->region_fd >= 0 ? (uint32_t)getpid() : 0;
 	h->region_fd = ss->region_fd;
+	memcpy(h->nonce, ss->nonce, sizeof(h->nonce));
 }
 
 /*
@@ -393,6 +404,7 @@ static void map_peer(struct wsd_session *ss, const struct wsd_hello *h)
 void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
 {
 	memcpy(ss->peer_desc, h->desc, sizeof(ss->peer_desc));
+	memcpy(ss->peer_nonce, h->nonce, sizeof(ss->peer_nonce));
 	ss->peer_ring = h->ring_size;
 	ss->tx_key = h->key;
 	map_peer(ss, h);
@@ -445,6 +457,8 @@ static void became_accel(struct wsd_sock *s, bool was)
 	}
 }
 
+static void prove_self(struct wsd_sock *s);
+
 void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss)
 {
 	bool was;
@@ -456,6 +470,7 @@ void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss)
 	publish_rx_ready(s);
 	pthread_mutex_unlock(&s->mu);
 	became_accel(s, was);
+	prove_self(s);
 	wsd_debug("switch: fd %d attached (%s)", s->fd, ss->path == PATH_VERBS ? "verbs" : "shm");
 }
 
@@ -506,6 +521,33 @@ static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uin
 static void finish_kernel(struct wsd_sock *s);
 static void reset_if_shut(struct wsd_sock *s);
 static void arm_data(struct wsd_sock *s, bool self);
+static int broken(struct wsd_sock *s, int r);
+
+/*
+ * tx_lock held, our SWITCH record written: the peer's challenge on the
+ * stream, whole, before any doorbell (the peer reads it at our SWITCH
+ * point).  0 or -errno: a stream that takes no more is a dead connection.
+ */
+static int proof_write(struct wsd_sock *s)
+{
+	const uint8_t *p = s->sess->peer_nonce;
+	size_t left = WSD_NONCE;
+
+	for (int tries = 0; left && tries < 1000; tries++) {
+		ssize_t n = real.send(s->fd, p, left, MSG_DONTWAIT | MSG_NOSIGNAL);
+		struct pollfd w = { .fd = s->fd, .events = POLLOUT };
+
+		if (n > 0) {
+			p += n;
+			left -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		real.poll(&w, 1, TICK_MS);
+	}
+	return left ? -ETIMEDOUT : 0;
+}
 
 /* tx_lock held: move this direction to the ring if the peer is ready. */
 static bool tx_switch(struct wsd_sock *s)
@@ -516,12 +558,23 @@ static bool tx_switch(struct wsd_sock *s)
 
 	if (s->tx_mode == DIR_RING)
 		return true;
+	/*
+	 * The connecting side goes first: it dialled the peer's own address
+	 * (or its registry, which proved its process).  The listening side
+	 * waits for that proof: its ring's peer could be anyone who named
+	 * this connection's 4-tuple.
+	 */
 	if (!ss || s->tx_shut || s->detached || s->tx_back ||
+	    (!s->connected_side && !atomic_load(&s->proven)) ||
 	    !ctl_get(ss, CW_RX_READY))
 		return false;
 	n = s->tcp_tx;
 	if (write_record(s, REC_SWITCH, NULL, sizeof(n), &n))
 		return false;
+	if (proof_write(s)) {
+		broken(s, -ECONNRESET);
+		return false;
+	}
 	s->tx_mode = DIR_RING;
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
@@ -776,23 +829,194 @@ static void consume(struct wsd_sock *s, struct wsd_rec *h)
 	ss->rx_off = 0;
 }
 
-/* rx_lock held: a SWITCH record at the head moves rx to DRAIN. */
+static void proof_fail(struct wsd_sock *s, const char *why, bool tx_locked);
+static void plain_again(struct wsd_sock *s, enum wsd_reason why);
+static int set_prefix(struct wsd_sock *s, const uint8_t *data, size_t len);
+
+/*
+ * rx_lock held: a SWITCH record at the head moves rx to DRAIN (or straight
+ * to PROOF when every stream byte before the switch point was read).
+ */
 static void check_switch(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
 	struct wsd_rec *h;
+	uint64_t n;
 
 	if (!ss || s->rx_mode != DIR_TCP || s->rx_back)
 		return;
 	h = rec_at(ss, ss->rx_pos);
 	if (!h || h->type != REC_SWITCH)
 		return;
-	memcpy(&s->rx_switch_at, (uint8_t *)h + REC_HDR, sizeof(s->rx_switch_at));
+	memcpy(&n, (uint8_t *)h + REC_HDR, sizeof(n));
 	consume(s, h);
+	if (n < s->tcp_rx) {
+		/* we already delivered stream bytes it says it never sent */
+		proof_fail(s, "switch point behind the stream", false);
+		return;
+	}
+	s->rx_switch_at = n;
 	report(s, false);
-	s->rx_mode = s->tcp_rx >= s->rx_switch_at ? DIR_RING : DIR_DRAIN;
-	wsd_debug("switch: fd %d receives by ring after %llu stream bytes", s->fd,
-		  (unsigned long long)s->rx_switch_at);
+	s->rx_mode = s->tcp_rx == n ? DIR_PROOF : DIR_DRAIN;
+	s->proof_got = 0;
+	wsd_debug("switch: fd %d receives by ring after %llu stream bytes and the proof", s->fd,
+		  (unsigned long long)n);
+}
+
+/* ---- the proof ------------------------------------------------------------------ */
+
+/*
+ * rx_lock held: the ring's peer failed to show it holds this TCP
+ * connection (what the stream carries at its switch point is not our
+ * challenge).  The listening side has sent nothing by ring and read
+ * nothing from it: it forgets the session and goes on as plain TCP, the
+ * stream bytes it looked at still the program's (the part of the
+ * challenge it took first, since it matched, is given back as a prefix).
+ * The connecting side already sends by ring to whoever that is: the
+ * connection fails at both ends (a reset), never to deliver a byte of it.
+ */
+static void proof_fail(struct wsd_sock *s, const char *why, bool tx_locked)
+{
+	struct wsd_session *ss = s->sess;
+
+	wsd_debug("switch: fd %d: the ring's peer failed the proof (%s)", s->fd, why);
+	if (s->connected_side || atomic_load(&s->proven) || s->tx_mode == DIR_RING ||
+	    (s->proof_got && set_prefix(s, ss->nonce, s->proof_got))) {
+		struct sockaddr sa = { .sa_family = AF_UNSPEC };
+
+		s->tcp_err = true;
+		s->tcp_errno = ECONNRESET;
+		s->proof_dead = true;
+		s->rx_mode = DIR_TCP;
+		s->rx_back = true;         /* the ring is never read again */
+		if (!tx_locked)
+			pthread_mutex_lock(&s->tx_lock);
+		s->tx_shut = true;
+		put_word(ss, W_TX, CW_CLOSED, 2);
+		if (!tx_locked)
+			pthread_mutex_unlock(&s->tx_lock);
+		real.connect(s->fd, &sa, sizeof(sa));   /* the kernel's reset, to the TCP peer */
+		wsd_stat_begin(s->stat);
+		s->stat->reason = R_AUTH;
+		wsd_stat_end(s->stat);
+		wsd_stat_add(s->stat, &s->stat->fallbacks, 1);
+		return;
+	}
+	s->proof_got = 0;
+	s->rx_mode = DIR_TCP;
+	s->rx_back = true;
+	s->tx_back = true;   /* our sending side never switched, nor will */
+	wsd_session_abandon(ss);
+	plain_again(s, R_AUTH);
+	wsd_stat_add(s->stat, &s->stat->fallbacks, 1);
+}
+
+/*
+ * rx_lock held, rx in PROOF: take the peer's proof from the stream without
+ * waiting.  Bytes are looked at before they are taken, so that a mismatch
+ * leaves them to the program; they are taken as they match.  Part of a
+ * proof that waits PROOF_MS for the rest is a failure (the peer writes all
+ * of it at once).
+ */
+static void proof_read(struct wsd_sock *s, bool tx_locked)
+{
+	struct wsd_session *ss = s->sess;
+	uint8_t b[WSD_NONCE];
+	ssize_t n;
+
+	while (s->rx_mode == DIR_PROOF) {
+		n = real.recv(s->fd, b, WSD_NONCE - s->proof_got, MSG_DONTWAIT | MSG_PEEK);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+			/* the stream ended or failed where the proof should be */
+			proof_fail(s, "no proof before the end of the stream", tx_locked);
+			return;
+		}
+		if (n < 0) {
+			if (s->proof_got && wsd_now_ms() - s->proof_since > PROOF_MS)
+				proof_fail(s, "part of a proof, and no more", tx_locked);
+			return;
+		}
+		if (memcmp(b, ss->nonce + s->proof_got, (size_t)n)) {
+			proof_fail(s, "the stream does not carry our challenge", tx_locked);
+			return;
+		}
+		n = real.recv(s->fd, b, (size_t)n, MSG_DONTWAIT);
+		if (n <= 0)
+			continue;
+		if (!s->proof_got)
+			s->proof_since = wsd_now_ms();
+		s->proof_got = (uint8_t)(s->proof_got + n);
+		if (s->proof_got == WSD_NONCE) {
+			atomic_store(&s->proven, true);
+			s->rx_mode = DIR_RING;
+			wsd_debug("switch: fd %d: the peer proved the connection", s->fd);
+		}
+	}
+}
+
+/*
+ * rx_lock held, rx in TCP and a read of n stream bytes just taken (unless
+ * peek) that found the peer's SWITCH point `left` bytes in: the bytes past
+ * it (in the caller's buffer, at c) are the proof, then doorbells.  Returns
+ * the bytes of the read that are data: left, or all n when the ring's peer
+ * failed the proof and the socket went back to plain TCP.
+ */
+static size_t proof_in_read(struct wsd_sock *s, const struct cursor *c, size_t left, size_t n,
+			    bool peek)
+{
+	struct wsd_session *ss = s->sess;
+	struct cursor k = *c;
+	uint8_t b[WSD_NONCE];
+	size_t m = n - left;
+
+	if (m > WSD_NONCE)
+		m = WSD_NONCE;
+	cur_skip(&k, left);
+	cur_copy_from(&k, b, m);
+	if (memcmp(b, ss->nonce, m)) {
+		proof_fail(s, "the stream does not carry our challenge", false);
+		return s->rx_mode == DIR_TCP && !s->tcp_err ? n : left;
+	}
+	if (peek)
+		return left;   /* nothing taken: the next read finds the same */
+	s->rx_mode = DIR_PROOF;
+	s->proof_got = (uint8_t)m;
+	s->proof_since = wsd_now_ms();
+	if (m == WSD_NONCE) {
+		atomic_store(&s->proven, true);
+		s->rx_mode = DIR_RING;
+		pthread_mutex_lock(&s->mu);
+		ss->bells_rx += n - left - m;   /* read, and not data: BACK counts them */
+		pthread_mutex_unlock(&s->mu);
+	}
+	return left;
+}
+
+/*
+ * rx_lock held: the receiving direction's state moved on as far as it can
+ * without waiting (a SWITCH record, the end of the drain, the proof).
+ */
+static void rx_settle(struct wsd_sock *s, bool tx_locked)
+{
+	check_switch(s);
+	if (s->rx_mode == DIR_DRAIN && s->tcp_rx == s->rx_switch_at)
+		s->rx_mode = DIR_PROOF;
+	if (s->rx_mode == DIR_PROOF)
+		proof_read(s, tx_locked);
+}
+
+/*
+ * The connecting side switches its sending direction as soon as it may,
+ * not only at its next send: the listening side sends nothing by ring
+ * before it read our proof, which follows our SWITCH.
+ */
+static void prove_self(struct wsd_sock *s)
+{
+	if (!s->connected_side || s->tx_mode == DIR_RING || !s->sess || s->tx_back ||
+	    s->tx_shut || !ctl_get(s->sess, CW_RX_READY) || pthread_mutex_trylock(&s->tx_lock))
+		return;
+	tx_switch(s);
+	pthread_mutex_unlock(&s->tx_lock);
 }
 
 /* ---- back to the stream (BACK) -------------------------------------------------- */
@@ -803,8 +1027,6 @@ static void check_switch(struct wsd_sock *s)
  * Once both have, the socket is plain TCP again, but for a prefix still to
  * read, which poll must count (so it stays "accelerated" until then).
  */
-static void plain_again(struct wsd_sock *s);
-
 static void set_back(struct wsd_sock *s, bool rx)
 {
 	bool both;
@@ -817,11 +1039,14 @@ static void set_back(struct wsd_sock *s, bool rx)
 	both = s->rx_back && s->tx_back;
 	pthread_mutex_unlock(&s->mu);
 	if (both)
-		plain_again(s);
+		plain_again(s, R_BACK);
 }
 
-/* Both directions are back: plain TCP, but for a prefix poll must count. */
-static void plain_again(struct wsd_sock *s)
+/*
+ * Both directions are back (or never left, the ring's peer failing its
+ * proof): plain TCP, but for a prefix poll must count.
+ */
+static void plain_again(struct wsd_sock *s, enum wsd_reason why)
 {
 	bool was, now;
 
@@ -831,11 +1056,11 @@ static void plain_again(struct wsd_sock *s)
 	s->accel = wsd_prefix_has_data(s->pre);
 	now = s->accel;
 	s->no_upgrade = true;
-	s->why_not = R_BACK;
+	s->why_not = (uint8_t)why;
 	pthread_mutex_unlock(&s->mu);
 	wsd_stat_begin(s->stat);
 	s->stat->path = PATH_TCP;
-	s->stat->reason = R_BACK;
+	s->stat->reason = (uint8_t)why;
 	wsd_stat_end(s->stat);
 	if (was != now)
 		wsd_poll_sock_accelerated(s);
@@ -941,14 +1166,18 @@ static void check_back(struct wsd_sock *s)
 	uint64_t pos, lim;
 	struct wsd_rec *h;
 
-	if (!ss || s->rx_back || s->rx_mode == DIR_DRAIN)
+	if (!ss || s->rx_back || s->rx_mode == DIR_DRAIN || s->rx_mode == DIR_PROOF)
 		return;
 	for (pos = ss->rx_pos; (h = rec_at(ss, pos)) && h->type != REC_BACK;
 	     pos += h->type == REC_PAD ? h->len : rec_size(h->len))
 		if (h->type != REC_PAD && h->type != REC_FIN)
 			return;
 	lim = ctl_get(ss, CW_BACK_BELLS);
-	if (!h || !lim)
+	/*
+	 * A peer that has not proved itself may only say it never switched
+	 * (no bells): any other count would make us skip stream bytes.
+	 */
+	if (!h || !lim || (!atomic_load(&s->proven) && lim != 1))
 		return;
 	ss->rx_pos = pos + rec_size(h->len);
 	ss->rx_off = 0;
@@ -1350,6 +1579,14 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	 * Every look at the ring looks for the peer's BACK request too: the bell
 	 * that came with it may have been read by the drain before a sleep.
 	 */
+	if (s->proof_dead) {
+		/* the ring's peer failed its proof: the reset, once, then the end */
+		if (!s->tcp_err)
+			return 0;
+		s->tcp_err = false;
+		s->tcp_eof = true;
+		return -s->tcp_errno;
+	}
 	serve_back_unlocked(s);
 	if (s->sess)
 		region_fd_check(s->sess);
@@ -1358,6 +1595,8 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 		if (n)
 			return n;
 	}
+	if (s->connected_side)
+		prove_self(s);
 	for (;;) {
 		check_switch(s);
 		check_back(s);
@@ -1369,11 +1608,20 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 		if (s->rx_mode == DIR_RING) {
 			return rx_ring(s, c, flags);
 		}
+		if (s->rx_mode == DIR_PROOF) {
+			proof_read(s, false);
+			if (s->rx_mode == DIR_PROOF)
+				return -EAGAIN;
+			if (s->rx_back)
+				/* failed: plain again (its prefix first), or reset */
+				return rx_step(s, c, flags);
+			continue;
+		}
 		if (s->rx_mode == DIR_DRAIN) {
 			uint64_t left = s->rx_switch_at - s->tcp_rx;
 
 			if (!left) {
-				s->rx_mode = DIR_RING;
+				s->rx_mode = DIR_PROOF;
 				continue;
 			}
 			n = kernel_recv(s, c, want < left ? want : left,
@@ -1386,29 +1634,24 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 				cur_skip(c, (size_t)n);   /* as the ring's copies do */
 			return n;
 		}
-		/* TCP: the peer may switch at any moment; bytes past N are bells */
+		/*
+		 * TCP: the peer may switch at any moment; bytes past N are its
+		 * proof, then bells.
+		 */
 		n = kernel_recv(s, c, want, (flags & MSG_PEEK) | MSG_DONTWAIT);
 		check_switch(s);
 		if (s->rx_mode != DIR_TCP) {
 			uint64_t left = s->rx_switch_at - s->tcp_rx;
-			bool eof = n == 0;   /* the kernel's end, not bells cut off below */
 
-			if (n > 0 && (uint64_t)n > left) {
-				if (!(flags & MSG_PEEK)) {
-					/* read, and not data: BACK counts them */
-					pthread_mutex_lock(&s->mu);
-					s->sess->bells_rx += (uint64_t)n - left;
-					pthread_mutex_unlock(&s->mu);
-				}
-				n = (ssize_t)left;
-			}
-			if (n == 0 || n == -EAGAIN) {
-				if (!left)
-					s->rx_mode = DIR_RING;
-				if (eof && !left)
-					s->tcp_eof = true;
+			if (n > 0 && (uint64_t)n > left)
+				n = (ssize_t)proof_in_read(s, c, (size_t)left, (size_t)n,
+							   flags & MSG_PEEK);
+			if (s->proof_dead)
+				return n > 0 ? n : rx_step(s, c, flags);
+			if (n == 0 && !left)
+				continue;   /* at the switch point: PROOF looks at what follows */
+			if (n == -EAGAIN)
 				continue;
-			}
 		}
 		if (n > 0 && !(flags & MSG_PEEK)) {
 			s->tcp_rx += (uint64_t)n;
@@ -1508,9 +1751,7 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	if (!for_rx && s->sess) {
 		/* a sender learns here that the peer's bells can reach it */
 		pthread_mutex_lock(&s->rx_lock);
-		check_switch(s);
-		if (s->rx_mode == DIR_DRAIN && s->tcp_rx == s->rx_switch_at)
-			s->rx_mode = DIR_RING;
+		rx_settle(s, false);
 		pthread_mutex_unlock(&s->rx_lock);
 		if (*deadline == 0) {
 			int ms = sndtimeo_ms(s);
@@ -1520,6 +1761,9 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		peek = s->rx_mode == DIR_RING && *deadline < 0 &&
 		       !ctl_get(s->sess, CW_BACK_BELLS);
 	}
+	/* part of the proof came: the rest is due within PROOF_MS, tick to see */
+	if (for_rx && s->rx_mode == DIR_PROOF && s->proof_got)
+		peek = false;
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
 	if (peek) {
@@ -2294,6 +2538,12 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 		atomic_fetch_add_explicit(&in_calls, 1, memory_order_relaxed);
 	pthread_mutex_lock(&s->tx_lock);
 	serve_back(s);
+	if (s->sess && !atomic_load(&s->proven) && s->tx_mode != DIR_RING &&
+	    !pthread_mutex_trylock(&s->rx_lock)) {
+		/* a listening side may send by ring once the peer's proof is read */
+		rx_settle(s, true);
+		pthread_mutex_unlock(&s->rx_lock);
+	}
 	if (s->detached) {
 		n = -ECONNRESET;
 	} else if (s->tx_mode == DIR_RING || tx_switch(s)) {
@@ -2347,7 +2597,9 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 	if (s->rx_shut || s->peer_fin || s->tcp_eof || s->tcp_err ||
 	    wsd_prefix_has_data(s->pre))
 		return true;
-	check_switch(s);
+	if (s->connected_side)
+		prove_self(s);
+	rx_settle(s, false);
 	check_back(s);
 	if (s->rx_back) {
 		/* bells not yet skipped make the fd readable with nothing to read */
@@ -2357,8 +2609,8 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 			return false;
 		return real.poll(&p, 1, 0) == 1;
 	}
-	if (s->rx_mode == DIR_DRAIN && s->tcp_rx == s->rx_switch_at)
-		s->rx_mode = DIR_RING;
+	if (s->rx_mode == DIR_PROOF)
+		return false;   /* the stream's next bytes are the proof, not data */
 	if (s->rx_mode != DIR_RING)
 		return kernel & (POLLIN | POLLHUP | POLLERR);
 	for (;;) {
@@ -2518,13 +2770,14 @@ long wsd_sock_nread(struct wsd_sock *s)
 	if (!ss || !s->rx_ready_sent)
 		return -1;
 	pthread_mutex_lock(&s->rx_lock);
-	check_switch(s);
-	if (s->rx_mode != DIR_RING && real.ioctl(s->fd, FIONREAD, &k) == 0) {
+	rx_settle(s, false);
+	if ((s->rx_mode == DIR_TCP || s->rx_mode == DIR_DRAIN) &&
+	    real.ioctl(s->fd, FIONREAD, &k) == 0) {
 		n = k;
 		if (s->rx_mode == DIR_DRAIN && (uint64_t)n > s->rx_switch_at - s->tcp_rx)
 			n = (long)(s->rx_switch_at - s->tcp_rx);
 	}
-	if (s->rx_mode != DIR_TCP) {
+	if (s->rx_mode != DIR_TCP && atomic_load(&s->proven)) {
 		uint64_t pos = ss->rx_pos;
 		uint32_t off = ss->rx_off;
 		struct wsd_rec *h;
@@ -2626,6 +2879,12 @@ void wsd_sock_closed(struct wsd_sock *s)
 	struct linger l = { 0 };
 	socklen_t len = sizeof(l);
 
+	if (ss && !s->detached) {
+		/* the peer's proof left unread on the stream would make close a reset */
+		pthread_mutex_lock(&s->rx_lock);
+		rx_settle(s, false);
+		pthread_mutex_unlock(&s->rx_lock);
+	}
 	if (!ss || s->detached || s->tx_back)
 		return;
 	real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len);
@@ -2790,7 +3049,7 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 	if (!r && (!s->rx_back || !s->tx_back))
 		r = -ETIMEDOUT;
 	if (!r)
-		plain_again(s);         /* with the prefix just made */
+		plain_again(s, R_BACK);         /* with the prefix just made */
 	free(kept);
 	free(tmp);
 	wsd_debug("switch: fd %d downgrade: %d (%zu bytes kept)", s->fd, r, kept_len);

@@ -9,8 +9,9 @@
 #include "switch/switch.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 4u
+#define WSD_PROTO_VERSION 5u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
+#define WSD_NONCE         16u           /* bytes of a handshake's challenge */
 
 /* Handshake messages (WSPSend on the SPI connection), little-endian. */
 enum { MSG_HELLO = 1, MSG_ACCEPT = 2, MSG_REFUSE = 3 };
@@ -27,9 +28,16 @@ struct wsd_hello {
 	 * region, for the peer to map (pidfd_getfd); 0 and -1 otherwise */
 	uint32_t pid;
 	int32_t region_fd;
+	/*
+	 * A fresh random challenge: the peer proves it holds the TCP
+	 * connection by writing it on the stream right after its SWITCH
+	 * point (wsd-protocol(7), "Proof"), which no other host or process
+	 * can do.  Zero in a REFUSE.
+	 */
+	uint8_t nonce[WSD_NONCE];
 	/* zero: version 3 had the 4-tuple here, now in struct wsd_tuple;
 	 * kept so that every version's HELLO is 96 bytes (wsd-protocol(7)) */
-	uint8_t reserved[32];
+	uint8_t reserved[16];
 };
 _Static_assert(sizeof(struct wsd_hello) == 96, "handshake messages are 96 bytes");
 
@@ -137,6 +145,9 @@ struct wsd_session {
 	size_t map_len;              /* region_len and the page holding rx_key after it */
 	/* the peer's */
 	uint8_t peer_desc[WSP_RDMA_DESCRIPTOR_SIZE];
+	/* the challenge we sent (the peer must write it on the stream after
+	 * its SWITCH point), and the one the peer sent (we write it after ours) */
+	uint8_t nonce[WSD_NONCE], peer_nonce[WSD_NONCE];
 	uint8_t *peer_map;           /* shm: the peer's region, mapped here (or NULL) */
 	size_t peer_map_len;
 	uint32_t peer_ring;

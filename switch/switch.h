@@ -105,6 +105,7 @@ enum wsd_reason {
 	R_UNSUPPORTED,     /* a socket option or use the switch does not carry */
 	R_PROTOCOL,        /* the peer spoke a different protocol version */
 	R_BACK,            /* moved back to the kernel stream for fork or exec */
+	R_AUTH,            /* the ring's peer did not prove it holds the TCP connection */
 	R_NREASONS
 };
 
@@ -129,6 +130,7 @@ static inline const char *wsd_reason_name(unsigned r)
 		[R_UNSUPPORTED] = "unsupported",
 		[R_PROTOCOL] = "protocol",
 		[R_BACK] = "back",
+		[R_AUTH] = "auth",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
 
@@ -136,7 +138,11 @@ static inline const char *wsd_reason_name(unsigned r)
 }
 
 /* Rx/tx direction mode: see session.c. */
-enum { DIR_TCP = 0, DIR_DRAIN, DIR_RING };
+/*
+ * A direction's state.  The receiver's goes TCP, DRAIN (stream bytes up to
+ * the peer's SWITCH point), PROOF (the peer's proof on the stream), RING.
+ */
+enum { DIR_TCP = 0, DIR_DRAIN, DIR_RING, DIR_PROOF };
 
 struct wsd_session;
 
@@ -158,6 +164,14 @@ struct wsd_sock {
 	uint64_t tcp_tx, tcp_rx;
 	int tx_mode, rx_mode;
 	uint64_t rx_switch_at;       /* DRAIN: TCP data ends at this count */
+	/* PROOF (rx_lock): bytes of the peer's proof taken from the stream,
+	 * since when (ms) part of it waits for the rest */
+	uint8_t proof_got;
+	int64_t proof_since;
+	/* the peer proved it holds this TCP connection: until then the
+	 * listening side sends nothing by ring (set under rx_lock) */
+	_Atomic bool proven;
+	bool proof_dead;             /* rx_lock: it failed after we sent by ring: reset */
 	bool tx_shut, rx_shut;       /* shutdown() by the application */
 	bool peer_fin;               /* the peer's FIN record was consumed */
 	bool sent_after_close;       /* the one send a closed peer's kernel would take */

@@ -1,0 +1,111 @@
+#!/bin/sh
+# A process that is not a connection's TCP peer names that connection's
+# 4-tuple to the server's switch (its own switch lies about its local port:
+# forge_shim.c) and tries to take the connection over.  The server's switch
+# accepts the request (the tuple matches) but the attacker cannot write the
+# server's challenge on the victim's TCP stream, so the server takes nothing
+# from the attacker's ring, sends it nothing, and goes on over TCP with
+# reason auth.  The victim is a plain program: every answer it gets must be
+# exact, before, during and after the attack; a wsd client that connects
+# meanwhile is still accelerated.  Over verbs the same runs in the VM rig.
+set -u
+wsd=${top_builddir:-.}/wsd/wsd
+prog=${top_builddir:-.}/tests/attack/tuple
+src=${srcdir:-.}/tests/attack
+cc=${CC:-cc}
+tmp=$(mktemp -d)
+pids=
+cleanup() {
+	for p in $pids; do kill -9 "$p" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*"
+	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
+	exit 1
+}
+wait_file() {   # FILE [REGEX]: up to 10 s
+	n=0
+	until [ -s "$1" ] && { [ $# -lt 2 ] || grep -q "$2" "$1"; }; do
+		n=$((n + 1))
+		[ $n -le 100 ] || return 1
+		sleep 0.1
+	done
+}
+command -v python3 >/dev/null 2>&1 || fail "python3 is needed to read wsd stat --json"
+$cc -shared -fPIC -o "$tmp/forge.so" "$src/forge_shim.c" -ldl ||
+	fail "could not build the attacker's shim"
+export WSD_UPGRADE_BYTES=1 WSD_TRANSPORT=${WSD_TRANSPORT:-auto}
+expect=${WSD_PAIR_PATH:-shm}
+
+"$wsd" run -- "$prog" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
+server=$!
+pids="$pids $server"
+wait_file "$tmp/port" || fail "the server did not start"
+port=$(cat "$tmp/port")
+
+# the victim: plain, no wsd
+"$prog" client "$port" "$tmp/victim" "$tmp/stop" >"$tmp/victim.out" 2>"$tmp/victim.err" &
+victim=$!
+pids="$pids $victim"
+wait_file "$tmp/victim" || fail "the victim did not connect"
+vport=$(cat "$tmp/victim")
+sleep 0.3   # some calls before the attack
+
+LD_PRELOAD=$tmp/forge.so WSD_FORGE_PORT=$vport \
+	"$wsd" run -- "$prog" attack "$port" >"$tmp/attack.out" 2>"$tmp/attack.err" &
+attacker=$!
+pids="$pids $attacker"
+# an honest wsd client meanwhile
+"$wsd" run -- "$prog" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
+	2>"$tmp/honest.err" &
+honest=$!
+pids="$pids $honest"
+wait_file "$tmp/attack.out" "reading" || fail "the attacker did not get to its reads"
+wait_file "$tmp/honest" || fail "the honest client did not connect"
+sleep 0.5
+"$wsd" stat --json "$server" "$attacker" "$honest" >"$tmp/stat.json" 2>"$tmp/stat.err" ||
+	fail "wsd stat: $(cat "$tmp/stat.err")"
+
+python3 - "$tmp/stat.json" "$server" "$attacker" "$honest" "$vport" "$(cat "$tmp/honest")" \
+	"$expect" <<'PY' || fail "wsd stat does not show what it must (above)"
+import json, sys
+st = json.load(open(sys.argv[1]))
+server, attacker, honest, vport, hport, expect = sys.argv[2:8]
+procs = {str(p["pid"]): p["sockets"] for p in st["processes"]}
+def port(a):
+    return a and a.rsplit(":", 1)[1]
+def one(pid, pred, what):
+    socks = [s for s in procs.get(pid, []) if pred(s)]
+    if len(socks) != 1:
+        print("no single socket for", what, "in", json.dumps(procs.get(pid)))
+        sys.exit(1)
+    return socks[0]
+bad = []
+a = one(attacker, lambda s: not s["listening"] and s["peer"], "the attacker")
+# the attack took place: the attacker's switch thinks it took the connection
+if a["path"] != expect or a["copy_tx"] == 0:
+    bad.append("the attack did not reach the server: %s" % a)
+if a["copy_rx"] or a["zcopy_rx"]:
+    bad.append("the attacker received by ring: %s" % a)
+v = one(server, lambda s: port(s["peer"]) == vport, "the victim's connection")
+if v["path"] != "tcp" or v["reason"] != "auth" or v["copy_tx"] or v["copy_rx"] \
+   or v["zcopy_tx"] or v["zcopy_rx"]:
+    bad.append("the victim's connection at the server: %s" % v)
+h = one(server, lambda s: port(s["peer"]) == hport, "the honest client's connection")
+if h["path"] != expect or h["copy_rx"] == 0:
+    bad.append("the honest client's connection is not accelerated: %s" % h)
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+PY
+
+touch "$tmp/stop"
+wait "$victim" || fail "the victim saw a wrong answer or none"
+wait "$honest" || fail "the honest wsd client saw a wrong answer or none"
+wait "$attacker"
+kill -0 "$server" 2>/dev/null || fail "the server died"
+cat "$tmp/victim.out"
+echo "PASS: the forged tuple got nothing; the victim's stream stayed exact (reason auth)"
+exit 0
