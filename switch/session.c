@@ -909,6 +909,7 @@ static void proof_fail(struct wsd_sock *s, const char *why, bool tx_locked)
 	wsd_session_abandon(ss);
 	plain_again(s, R_AUTH);
 	wsd_stat_add(s->stat, &s->stat->fallbacks, 1);
+	wsd_stat_refused(R_AUTH);
 }
 
 /*

@@ -194,6 +194,16 @@ static void slot_reset(struct wsd_stat_slot *s, uint32_t used)
 	atomic_store_explicit(&s->fallbacks, 0, memory_order_relaxed);
 }
 
+void wsd_stat_refused(unsigned reason)
+{
+	struct wsd_stat_file *f = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
+
+	if (reason >= WSD_STAT_REASONS)
+		reason = WSD_STAT_REASONS - 1;
+	if (f)
+		atomic_fetch_add_explicit(&f->refused[reason], 1, memory_order_relaxed);
+}
+
 struct wsd_stat_slot *wsd_stat_alloc(void)
 {
 	struct wsd_stat_slot *slot = &dummy;

@@ -14,10 +14,11 @@
 #include <stdint.h>
 
 #define WSD_STAT_MAGIC   0x54534457u    /* "WDST" */
-#define WSD_STAT_VERSION 1u
+#define WSD_STAT_VERSION 2u
 #define WSD_STAT_SLOTS   8192u
 #define WSD_STAT_DIR     "/dev/shm"
 #define WSD_STAT_PREFIX  "wsd-stat."
+#define WSD_STAT_REASONS 32u           /* refused[]: enum wsd_reason, the last for any above */
 
 struct wsd_stat_addr {
 	uint8_t family;        /* AF_INET, AF_INET6, 0: unknown */
@@ -52,6 +53,8 @@ struct wsd_stat_file {
 	char comm[16];
 	_Atomic uint32_t hiwater;   /* slots [0, hiwater) may be in use */
 	uint32_t pad[3];
+	/* upgrade requests this process's registry turned down, by reason */
+	_Atomic uint64_t refused[WSD_STAT_REASONS];
 	struct wsd_stat_slot slots[];
 };
 
@@ -62,6 +65,8 @@ void wsd_stat_free(struct wsd_stat_slot *slot);
 /* Begin/end an update of the slot's descriptive fields (not the counters). */
 void wsd_stat_begin(struct wsd_stat_slot *slot);
 void wsd_stat_end(struct wsd_stat_slot *slot);
+/* Count a request this process's registry turned down (enum wsd_reason). */
+void wsd_stat_refused(unsigned reason);
 /* after fork, in the child: a file of its own */
 void wsd_stat_atfork_child(void);
 

@@ -106,6 +106,7 @@ enum wsd_reason {
 	R_PROTOCOL,        /* the peer spoke a different protocol version */
 	R_BACK,            /* moved back to the kernel stream for fork or exec */
 	R_AUTH,            /* the ring's peer did not prove it holds the TCP connection */
+	R_BUSY,            /* the peer's registry had too many requests in hand */
 	R_NREASONS
 };
 
@@ -131,6 +132,7 @@ static inline const char *wsd_reason_name(unsigned r)
 		[R_PROTOCOL] = "protocol",
 		[R_BACK] = "back",
 		[R_AUTH] = "auth",
+		[R_BUSY] = "busy",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
 

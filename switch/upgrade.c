@@ -27,6 +27,15 @@
 
 #define ANSWER_MS 5000               /* each side waits this for the other's message */
 #define PENDING_MS 10000             /* a HELLO waits this for the application's accept */
+/*
+ * Requests a process has in hand at once: handshakes waiting for their
+ * HELLO (each on a thread of its own, so that a silent one delays nobody
+ * else), and HELLOs waiting for the program's accept.  Past these the
+ * registry answers REFUSE busy at once: a peer cannot make it hold more
+ * provider connections or memory than this.
+ */
+#define MAX_HANDSHAKES 32
+#define MAX_PENDING 64
 
 /* ---- parameters ------------------------------------------------------------- */
 
@@ -202,7 +211,17 @@ static void refuse(SOCKET ws, enum wsd_reason why)
 			       .kind = MSG_REFUSE, .reason = why };
 	int err;
 
+	wsd_stat_refused(why);
 	send_msg(ws, &h);
+	procs.lpWSPCloseSocket(ws, &err);
+}
+
+/* A request that gets no answer at all (it broke the protocol): counted, closed. */
+static void drop(SOCKET ws)
+{
+	int err;
+
+	wsd_stat_refused(R_PROTOCOL);
 	procs.lpWSPCloseSocket(ws, &err);
 }
 
@@ -239,6 +258,8 @@ struct pending {
 
 static struct reg *regs;
 static struct pending *pendings;
+static int npending;                 /* pend_lock */
+static _Atomic int handshakes;       /* take_hello threads running */
 static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The accepted connection a connect request names, held, or NULL. */
@@ -302,24 +323,55 @@ static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *
 
 	(void)caller_id; (void)sqos; (void)gqos; (void)callee_id; (void)g;
 	callee_data->len = 0;
-	if (!caller_data || caller_data->len != sizeof(a->t))
+	if (!caller_data || caller_data->len != sizeof(a->t)) {
+		wsd_stat_refused(R_PROTOCOL);
 		return CF_REJECT;
+	}
 	memcpy(&a->t, caller_data->buf, sizeof(a->t));
-	if (a->t.magic != WSD_TUPLE_MAGIC || a->t.server.port != a->port)
+	if (a->t.magic != WSD_TUPLE_MAGIC || a->t.server.port != a->port) {
+		wsd_stat_refused(R_PROTOCOL);
 		return CF_REJECT;
+	}
 	return CF_ACCEPT;
+}
+
+/* pend_lock held: HELLOs that waited too long, unlinked onto *old. */
+static void pending_expire(uint64_t now, struct pending **old)
+{
+	struct pending **pp, *p;
+
+	for (pp = &pendings; (p = *pp);) {
+		if (now - p->when_ms > PENDING_MS) {
+			*pp = p->next;
+			p->next = *old;
+			*old = p;
+			npending--;
+		} else {
+			pp = &p->next;
+		}
+	}
+}
+
+static void pending_refuse(struct pending *old)
+{
+	while (old) {
+		struct pending *p = old->next;
+
+		refuse(old->ws, R_NO_MATCH);
+		free(old);
+		old = p;
+	}
 }
 
 static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 {
 	struct wsd_hello h;
 	struct find f = { t, NULL };
-	struct pending *p = NULL;
+	struct pending *p = NULL, *old = NULL;
+	bool full = false;
 
 	if (recv_msg(ws, &h, ANSWER_MS) || h.kind != MSG_HELLO) {
-		int err;
-
-		procs.lpWSPCloseSocket(ws, &err);
+		drop(ws);
 		return;
 	}
 	if (h.version != WSD_PROTO_VERSION || t->version != WSD_PROTO_VERSION) {
@@ -329,7 +381,9 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 	pthread_mutex_lock(&pend_lock);
 	wsd_fd_each(match, &f);
 	if (!f.found) {
-		p = calloc(1, sizeof(*p));
+		pending_expire((uint64_t)wsd_now_ms(), &old);
+		full = npending >= MAX_PENDING;
+		p = full ? NULL : calloc(1, sizeof(*p));
 		if (p) {
 			p->ws = ws;
 			p->h = h;
@@ -337,14 +391,54 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 			p->when_ms = (uint64_t)wsd_now_ms();
 			p->next = pendings;
 			pendings = p;
+			npending++;
 		}
 	}
 	pthread_mutex_unlock(&pend_lock);
+	pending_refuse(old);
 	if (f.found) {
 		server_attach(f.found, ws, &h);
 		wsd_sock_put(f.found);
 	} else if (!p) {
-		refuse(ws, R_PROVIDER);
+		refuse(ws, full ? R_BUSY : R_PROVIDER);
+	}
+}
+
+struct handshake {
+	SOCKET ws;
+	struct wsd_tuple t;
+};
+
+static void *handshake_main(void *arg)
+{
+	struct handshake *hs = arg;
+
+	take_hello(hs->ws, &hs->t);
+	free(hs);
+	atomic_fetch_sub(&handshakes, 1);
+	return NULL;
+}
+
+/* The request's HELLO is awaited on a thread of its own, within the caps. */
+static void handshake_start(SOCKET ws, const struct wsd_tuple *t)
+{
+	struct handshake *hs = NULL;
+	pthread_attr_t at;
+	pthread_t th;
+	bool ok = false;
+
+	if (atomic_fetch_add(&handshakes, 1) < MAX_HANDSHAKES && (hs = malloc(sizeof(*hs)))) {
+		hs->ws = ws;
+		hs->t = *t;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		ok = pthread_create(&th, &at, handshake_main, hs) == 0;
+		pthread_attr_destroy(&at);
+	}
+	if (!ok) {
+		free(hs);
+		atomic_fetch_sub(&handshakes, 1);
+		refuse(ws, R_BUSY);
 	}
 }
 
@@ -388,7 +482,7 @@ static void *acceptor(void *arg)
 				break;
 			continue;
 		}
-		take_hello(ws, &a.t);
+		handshake_start(ws, &a.t);
 	}
 	procs.lpWSPCloseSocket(r->ls, &err);
 	free(r);
@@ -489,7 +583,6 @@ void wsd_upgrade_unlisten(struct wsd_sock *s)
 void wsd_upgrade_accepted(struct wsd_sock *s)
 {
 	struct pending **pp, *p, *hit = NULL, *old = NULL;
-	uint64_t now;
 
 	pthread_mutex_lock(&pend_lock);
 	if (!pendings) {
@@ -500,27 +593,17 @@ void wsd_upgrade_accepted(struct wsd_sock *s)
 	if (learn_tuple(s))
 		return;
 	pthread_mutex_lock(&pend_lock);
-	now = (uint64_t)wsd_now_ms();
-	for (pp = &pendings; (p = *pp);) {
-		if (!hit && same(&s->stat->local, &p->t.server) &&
-		    same(&s->stat->peer, &p->t.client)) {
+	pending_expire((uint64_t)wsd_now_ms(), &old);
+	for (pp = &pendings; (p = *pp); pp = &p->next) {
+		if (same(&s->stat->local, &p->t.server) && same(&s->stat->peer, &p->t.client)) {
 			*pp = p->next;
 			hit = p;
-		} else if (now - p->when_ms > PENDING_MS) {
-			*pp = p->next;
-			p->next = old;
-			old = p;
-		} else {
-			pp = &p->next;
+			npending--;
+			break;
 		}
 	}
 	pthread_mutex_unlock(&pend_lock);
-	while (old) {
-		p = old->next;
-		refuse(old->ws, R_NO_MATCH);
-		free(old);
-		old = p;
-	}
+	pending_refuse(old);
 	if (hit) {
 		server_attach(s, hit->ws, &hit->h);
 		free(hit);
@@ -755,5 +838,7 @@ void wsd_upgrade_atfork_child(void)
 	jobs_tail = &jobs;
 	regs = NULL;
 	pendings = NULL;
+	npending = 0;
+	atomic_store(&handshakes, 0);
 	wsd_fd_each(mark_child, NULL);
 }

@@ -57,6 +57,17 @@ static const struct {
 	{ "FALLBACKS", "fallbacks", offsetof(struct wsd_stat_slot, fallbacks) },
 };
 
+/* A reason's name, or reason-N for one a newer switch knows (static buffer). */
+static const char *reason_text(unsigned r)
+{
+	static char buf[24];
+
+	if (r < R_NREASONS)
+		return wsd_reason_name(r);
+	snprintf(buf, sizeof(buf), "reason-%u", r);
+	return buf;
+}
+
 /* one socket, as copied out of its slot, with its text ready */
 struct row {
 	uint32_t idx;
@@ -70,6 +81,7 @@ struct row {
 struct proc {
 	int pid;
 	char comm[17];
+	uint64_t refused[WSD_STAT_REASONS];
 	struct row *rows;
 	size_t nrows;
 };
@@ -125,10 +137,7 @@ static bool slot_read(const struct wsd_stat_slot *src, uint32_t idx, struct row 
 		snprintf(r->path, sizeof(r->path), "%s", path_names[s.path]);
 	else
 		snprintf(r->path, sizeof(r->path), "path-%u", s.path);
-	if (s.reason < R_NREASONS)
-		snprintf(r->reason, sizeof(r->reason), "%s", wsd_reason_name(s.reason));
-	else   /* a newer switch's reason */
-		snprintf(r->reason, sizeof(r->reason), "reason-%u", s.reason);
+	snprintf(r->reason, sizeof(r->reason), "%s", reason_text(s.reason));
 	for (int c = 0; c < NCTRS; c++)
 		r->ctr[c] = atomic_load_explicit(
 			(const _Atomic uint64_t *)((const char *)src + ctrs[c].off),
@@ -232,6 +241,8 @@ static int proc_read(int dirfd, const char *name, int pid, struct proc *p)
 	p->pid = pid;
 	memcpy(p->comm, f->comm, sizeof(f->comm));
 	p->comm[sizeof(f->comm)] = '\0';
+	for (unsigned r = 0; r < WSD_STAT_REASONS; r++)
+		p->refused[r] = atomic_load_explicit(&f->refused[r], memory_order_relaxed);
 	p->rows = calloc(hw ? hw : 1, sizeof(*p->rows));
 	if (!p->rows) {
 		ret = -ENOMEM;
@@ -326,7 +337,14 @@ static void print_json(const struct proc *procs, size_t nprocs)
 
 		printf("%s\n {\"pid\":%d,\"comm\":", i ? "," : "", p->pid);
 		json_str(p->comm);
-		printf(",\"sockets\":[");
+		printf(",\"refused\":{");
+		for (unsigned r = 0, n = 0; r < WSD_STAT_REASONS; r++)
+			if (p->refused[r]) {
+				printf("%s", n++ ? "," : "");
+				json_str(reason_text(r));
+				printf(":%" PRIu64, p->refused[r]);
+			}
+		printf("},\"sockets\":[");
 		for (size_t j = 0; j < p->nrows; j++) {
 			const struct row *r = &p->rows[j];
 
@@ -448,6 +466,32 @@ static void print_cells(char cell[NCOLS][64], const int width[NCOLS])
 	putchar('\n');
 }
 
+/*
+ * After the table, only when a registry turned requests down: a line per
+ * such process, "PID COMM refused: REASON N, ...".
+ */
+static void print_refused(const struct proc *procs, size_t nprocs)
+{
+	bool head = false;
+
+	for (size_t i = 0; i < nprocs; i++) {
+		unsigned n = 0;
+
+		for (unsigned r = 0; r < WSD_STAT_REASONS; r++) {
+			if (!procs[i].refused[r])
+				continue;
+			if (!head)
+				printf("\nupgrade requests turned down by each process's registry:\n");
+			head = true;
+			if (!n++)
+				printf("%d %s refused:", procs[i].pid, procs[i].comm);
+			printf("%s %s %" PRIu64, n > 1 ? "," : "", reason_text(r), procs[i].refused[r]);
+		}
+		if (n)
+			putchar('\n');
+	}
+}
+
 static void print_table(const struct proc *procs, size_t nprocs)
 {
 	char cell[NCOLS][64];
@@ -475,6 +519,7 @@ static void print_table(const struct proc *procs, size_t nprocs)
 			print_cells(cell, width);
 		}
 	}
+	print_refused(procs, nprocs);
 }
 
 /* ---- the command ----------------------------------------------------------- */

@@ -93,6 +93,9 @@ v = one(server, lambda s: port(s["peer"]) == vport, "the victim's connection")
 if v["path"] != "tcp" or v["reason"] != "auth" or v["copy_tx"] or v["copy_rx"] \
    or v["zcopy_tx"] or v["zcopy_rx"]:
     bad.append("the victim's connection at the server: %s" % v)
+refused = [p.get("refused") for p in st["processes"] if str(p["pid"]) == server]
+if refused != [{"auth": 1}]:
+    bad.append("the server's registry should count one refusal, auth: %s" % refused)
 h = one(server, lambda s: port(s["peer"]) == hport, "the honest client's connection")
 if h["path"] != expect or h["copy_rx"] == 0:
     bad.append("the honest client's connection is not accelerated: %s" % h)

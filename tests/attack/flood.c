@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * An attacker that speaks the upgrade protocol itself, through the
+ * provider (WSP*), written from wsd-protocol(7): it makes a wsd server's
+ * registry hold requests.  For tests/attack/flood_check.sh.
+ *
+ *   flood silent PORT N     N requests that never send their HELLO,
+ *                           held open for 7 s
+ *   flood hello PORT N      N requests with a HELLO naming connections
+ *                           that do not exist; counts the answers that
+ *                           come within 2 s: "refused busy K" (and others)
+ *
+ * Bounded: every wait has a limit, and the program exits by itself.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wsd/wsp.h"
+
+/* wsd-protocol(7), version 5 */
+struct addr {
+	uint8_t family, pad;
+	uint16_t port;
+	uint8_t addr[16];
+};
+struct tuple {
+	uint16_t magic;
+	uint8_t version, pad;
+	struct addr client, server;
+};
+struct hello {
+	uint32_t magic;
+	uint16_t version, kind;
+	uint32_t reason, ring_size;
+	uint64_t key;
+	uint8_t desc[32];
+	uint32_t pid;
+	int32_t region_fd;
+	uint8_t nonce[16], reserved[16];
+};
+_Static_assert(sizeof(struct hello) == 96, "wsd-protocol(7): 96 bytes");
+
+static WSPPROC_TABLE procs;
+static WSAPROTOCOL_INFO proto;
+
+static SOCKET request(int port, int n)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct tuple t = { .magic = 0x5754, .version = 5 };
+	WSABUF caller = { sizeof(t), (char *)&t };
+	SOCKET ws;
+	int err;
+
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	t.client.family = t.server.family = AF_INET;
+	t.client.port = (uint16_t)(20000 + n);   /* no such connection */
+	t.server.port = (uint16_t)port;
+	memcpy(t.client.addr, &to.sin_addr, 4);
+	memcpy(t.server.addr, &to.sin_addr, 4);
+	ws = procs.lpWSPSocket(AF_INET, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	if (ws == INVALID_SOCKET)
+		return ws;
+	if (procs.lpWSPConnect(ws, (struct sockaddr *)&to, sizeof(to), &caller, NULL, NULL, NULL,
+			       &err)) {
+		procs.lpWSPCloseSocket(ws, &err);
+		return INVALID_SOCKET;
+	}
+	return ws;
+}
+
+int main(int argc, char **argv)
+{
+	WSPDATA d;
+	WSPUPCALLTABLE up = { sizeof(up), NULL };
+	int port, n, err, made = 0, answers[32] = { 0 }, none = 0;
+	SOCKET *ws;
+	struct hello *in;
+	WSAOVERLAPPED *ov;
+	time_t end;
+
+	if (argc != 4 || (strcmp(argv[1], "silent") && strcmp(argv[1], "hello"))) {
+		fprintf(stderr, "usage: flood silent|hello PORT N\n");
+		return 2;
+	}
+	port = atoi(argv[2]);
+	n = atoi(argv[3]);
+	procs.cbSize = sizeof(procs);
+	if (WSPStartup(WSP_VERSION, &d, &proto, &up, &procs)) {
+		fprintf(stderr, "flood: no provider\n");
+		return 2;
+	}
+	ws = calloc((size_t)n, sizeof(*ws));
+	in = calloc((size_t)n, sizeof(*in));
+	ov = calloc((size_t)n, sizeof(*ov));
+	if (!ws || !in || !ov)
+		return 2;
+	for (int i = 0; i < n; i++) {
+		ws[i] = request(port, i);
+		if (ws[i] == INVALID_SOCKET)
+			continue;
+		made++;
+		if (!strcmp(argv[1], "hello")) {
+			struct hello h = { .magic = 0x57534453, .version = 5, .kind = 1,
+					   .ring_size = 16384, .key = 1, .region_fd = -1 };
+			WSABUF b = { sizeof(h), (char *)&h }, r = { sizeof(in[i]), (char *)&in[i] };
+			uint32_t k, fl = 0;
+
+			procs.lpWSPSend(ws[i], &b, 1, &k, 0, NULL, NULL, NULL, &err);
+			ov[i].hEvent = (void *)1;
+			if (procs.lpWSPRecv(ws[i], &r, 1, &k, &fl, &ov[i], NULL, NULL, &err) &&
+			    err != WSA_IO_PENDING)
+				ov[i].hEvent = NULL;   /* broken already: no answer */
+		}
+	}
+	printf("requests %d\n", made);
+	if (!strcmp(argv[1], "silent")) {
+		fflush(stdout);
+		sleep(7);
+		return 0;
+	}
+	end = time(NULL) + 2;
+	for (int i = 0; i < n; i++) {
+		uint32_t k = 0, fl = 0;
+
+		if (ws[i] == INVALID_SOCKET || !ov[i].hEvent) {
+			none++;
+			continue;
+		}
+		while (!procs.lpWSPGetOverlappedResult(ws[i], &ov[i], &k, 0, &fl, &err) &&
+		       err == WSA_IO_INCOMPLETE && time(NULL) < end)
+			usleep(1000);
+		if (k == sizeof(in[i]) && in[i].magic == 0x57534453 && in[i].kind == 3 &&
+		    in[i].reason < 32)
+			answers[in[i].reason]++;
+		else
+			none++;
+	}
+	/* reason 14 is busy, 6 no-match (wsd-protocol(7)) */
+	printf("refused busy %d\nrefused no-match %d\nno answer %d\n", answers[14], answers[6],
+	       none);
+	return 0;
+}

@@ -1,0 +1,90 @@
+#!/bin/sh
+# A peer that floods a wsd server's registry (tests/attack/flood.c, which
+# speaks the protocol through the provider) gets it to hold no more than
+# its caps: a request that never sends its HELLO delays nobody else's
+# upgrade (it waited on the registry's one thread for 5 s before), and of
+# 100 HELLOs for connections that do not exist the registry keeps 64
+# pending and answers the rest REFUSE busy at once, counted in wsd stat.
+# An honest wsd client is accelerated meanwhile and its answers stay exact.
+set -u
+wsd=${top_builddir:-.}/wsd/wsd
+tuple=${top_builddir:-.}/tests/attack/tuple
+flood=${top_builddir:-.}/tests/attack/flood
+tmp=$(mktemp -d)
+pids=
+cleanup() {
+	for p in $pids; do kill -9 "$p" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*"
+	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
+	exit 1
+}
+wait_file() {   # FILE [REGEX]: up to 10 s
+	n=0
+	until [ -s "$1" ] && { [ $# -lt 2 ] || grep -q "$2" "$1"; }; do
+		n=$((n + 1))
+		[ $n -le 100 ] || return 1
+		sleep 0.1
+	done
+}
+command -v python3 >/dev/null 2>&1 || fail "python3 is needed to read wsd stat --json"
+export WSD_UPGRADE_BYTES=1
+
+"$wsd" run -- "$tuple" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
+server=$!
+pids="$pids $server"
+wait_file "$tmp/port" || fail "the server did not start"
+port=$(cat "$tmp/port")
+
+"$flood" silent "$port" 1 >"$tmp/silent.out" 2>"$tmp/silent.err" &
+pids="$pids $!"
+wait_file "$tmp/silent.out" "requests 1" || fail "the silent request was not taken"
+start=$(date +%s%N)
+"$wsd" run -- "$tuple" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
+	2>"$tmp/honest.err" &
+honest=$!
+pids="$pids $honest"
+wait_file "$tmp/honest" || fail "the honest client did not connect"
+hport=$(cat "$tmp/honest")
+# accelerated while the silent request still holds its handshake (5 s)
+ok=
+while [ $(( ($(date +%s%N) - start) / 1000000 )) -lt 4000 ]; do
+	"$wsd" stat --json "$server" >"$tmp/stat.json" 2>/dev/null
+	if python3 -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+ok = any(s["peer"] and s["peer"].endswith(":" + sys.argv[2]) and s["path"] == "shm"
+         for p in st["processes"] for s in p["sockets"])
+sys.exit(0 if ok else 1)' "$tmp/stat.json" "$hport"; then
+		ok=1
+		break
+	fi
+	sleep 0.05
+done
+[ -n "$ok" ] || fail "a silent request held up the honest client's upgrade"
+echo "honest client upgraded after $(( ($(date +%s%N) - start) / 1000000 )) ms beside a silent request"
+
+"$flood" hello "$port" 100 >"$tmp/flood.out" 2>"$tmp/flood.err" || fail "the flood failed"
+busy=$(sed -n 's/^refused busy //p' "$tmp/flood.out")
+made=$(sed -n 's/^requests //p' "$tmp/flood.out")
+[ "$made" = 100 ] || fail "the flood made $made requests of 100"
+[ "${busy:-0}" -ge 36 ] || fail "only ${busy:-0} of 100 pending HELLOs were refused busy (cap 64)"
+"$wsd" stat --json "$server" >"$tmp/stat.json" 2>"$tmp/stat.err" ||
+	fail "wsd stat: $(cat "$tmp/stat.err")"
+python3 - "$tmp/stat.json" "$busy" <<'PY' || fail "wsd stat does not count the refusals"
+import json, sys
+st = json.load(open(sys.argv[1]))
+refused = st["processes"][0]["refused"]
+print("server registry refused:", refused)
+sys.exit(0 if refused.get("busy", 0) >= int(sys.argv[2]) else 1)
+PY
+
+touch "$tmp/stop"
+wait "$honest" || fail "the honest client saw a wrong answer or none"
+kill -0 "$server" 2>/dev/null || fail "the server died"
+cat "$tmp/flood.out" "$tmp/honest.out"
+echo "PASS: the registry held at most its caps and kept upgrading honest clients"
+exit 0
