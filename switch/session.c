@@ -1272,6 +1272,11 @@ static int zc_read(struct wsd_sock *s, struct wsd_zc *z, uint32_t at, struct cur
 	r = t->lpWSPRdmaRead(ss->ws, b, nb, z->desc, sizeof(z->desc), at, &got, 0, &ov, NULL,
 			     NULL, &err);
 	r = rdma_done(ss->ws, &ov, r, err);
+	if (r == -EFAULT) {
+		/* our buffers are registered: it is the peer's descriptor the provider refused */
+		protocol_fail(ss, "ZC: descriptor refused by the provider");
+		r = -ECONNRESET;
+	}
 	if (!r)
 		r = (int)(n - left);
 out:
@@ -1372,7 +1377,7 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 				n = cur_left(c);
 			e = zc_read(s, &z, off, c, n);
 			if (e < 0)
-				return done ? (ssize_t)done : e;
+				return done ? (ssize_t)done : faulted(ss) ? fault_rx(s) : e;
 			n = (size_t)e;
 			cur_skip(c, n);
 			wsd_stat_add(s->stat, &s->stat->zcopy_rx, peek ? 0 : n);

@@ -275,7 +275,8 @@ static void t_raw(struct tring *t, uint32_t len, uint32_t type, const void *payl
 	memcpy(t->mem + off + 4, &type, 4);
 	memcpy(t->mem + off + 8, &stamp, 8);
 	if (type != REC_PAD) {
-		memcpy(t->mem + off + 16, payload, plen);
+		if (plen)
+			memcpy(t->mem + off + 16, payload, plen);
 		if (trailer)
 			memcpy(t->mem + off + size - 16, &stamp, 8);
 	}
