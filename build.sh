@@ -10,9 +10,10 @@ cd "$(dirname "$0")"
 # qemu-system-x86 runs the RDMA VM rig (tests/vm), part of `make check`;
 # iperf3, sockperf and python3 (to read iperf3's JSON) run real programs
 # under `wsd run` (tests/sock); ucx-utils' ucx_perftest is wsd bench's
-# yardstick for shared-memory messaging.
+# yardstick for shared-memory messaging; clang and its libFuzzer runtime
+# build the fuzz targets (tests/fuzz/run.sh).
 PACKAGES="build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev
-liburing-dev check qemu-system-x86 iperf3 sockperf python3 ucx-utils"
+liburing-dev check qemu-system-x86 iperf3 sockperf python3 ucx-utils clang libclang-rt-14-dev"
 
 install_missing() {
 	missing=""

@@ -207,15 +207,43 @@ static int put_word(struct wsd_session *ss, int which, int idx, uint64_t v)
 	return rdma_writev(ss, b, 2, (uint64_t)idx * sizeof(struct wsd_word));
 }
 
-/* A control word the peer wrote: its value when its check holds, or the last that did. */
+static void protocol_fail(struct wsd_session *ss, const char *why);
+
+/*
+ * The listening side's ring peer before its proof (wsd-protocol(7),
+ * "Proof"): it may be anyone who named this connection, so nothing it
+ * writes is used (its words read as 0, as they started) or judged (it
+ * could reset a connection not its own).  Only its SWITCH record is read,
+ * and a failed proof costs it the session, never the connection.
+ */
+static bool peer_untrusted(const struct wsd_session *ss)
+{
+	const struct wsd_sock *s = ss->sock;
+
+	return s && !s->connected_side && !atomic_load(&s->proven);
+}
+
+/*
+ * A control word the peer wrote: its value when its check holds, or the
+ * last that did.  Checked against what we sent (wsd_wire_word_check): the
+ * bounds are ours, read under the lock that guards them (tx_pos and
+ * zc_sent: tx_lock; post_gen: rx_lock), where the words that use them are
+ * read.  A violation fails the connection; the last good value is returned.
+ */
 static uint64_t ctl_get(struct wsd_session *ss, int idx)
 {
-	uint64_t c = atomic_load_explicit(&ss->ctl->w[idx].check, memory_order_acquire);
-	uint64_t v = atomic_load_explicit(&ss->ctl->w[idx].v, memory_order_acquire);
+	uint64_t v, bound = idx == CW_CONSUMED ? ss->tx_pos : idx == CW_ZC_DONE ? ss->zc_sent :
+			    idx == CW_CLAIM ? ss->post_gen : UINT64_MAX;
+	const char *why;
+	int e;
 
-	if (c != ~v)
-		return atomic_load_explicit(&ss->seen[idx], memory_order_relaxed);
-	atomic_store_explicit(&ss->seen[idx], v, memory_order_relaxed);
+	if (peer_untrusted(ss) && idx != CW_BACK_REQ)
+		return 0;
+	e = wsd_wire_word_get(ss->ctl, idx, &ss->seen[idx], bound, &v, &why);
+	if (e && peer_untrusted(ss))
+		return 0;   /* a back request it cannot make */
+	if (e)
+		protocol_fail(ss, why);
 	return v;
 }
 
@@ -307,6 +335,7 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	ss->words = (uint64_t *)(ss->stage + ss->stage_len);
 	ss->ctl = (struct wsd_ctl *)ss->region;
 	ss->ring = ss->region + CTL_SIZE;
+	ss->rxr = (struct wire_ring){ ss->ring, ss->ring_size, ss->rx_key };
 	if (t->lpWSPRegisterRdmaMemory(ws, ss->region, (uint32_t)ss->region_len, MEM_WRITE,
 				       ss->rx_desc, &dlen, &err))
 		goto fail;
@@ -464,6 +493,7 @@ void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss)
 	bool was;
 
 	pthread_mutex_lock(&s->mu);
+	ss->sock = s;
 	s->sess = ss;
 	atomic_store(&s->upgrade_state, UP_DONE);
 	was = s->accel;
@@ -699,6 +729,63 @@ static int broken(struct wsd_sock *s, int r)
 	return r;
 }
 
+/*
+ * The peer broke the protocol (why: the check that failed).  Nothing it
+ * writes is read any more, and the connection ends as a reset would end
+ * it, at both ends: our program's next call fails with ECONNRESET, the
+ * kernel stream is shut (the peer's liveness signal; our own sleepers wake
+ * on it), and wsd stat shows reason protocol.  Any thread, any lock: the
+ * first report wins.  The one place a violation is handled.
+ */
+static void session_fail(struct wsd_session *ss, enum wsd_reason reason, const char *why)
+{
+	struct wsd_sock *s = ss->sock;
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+	const char *none = NULL;
+
+	if (!__atomic_compare_exchange_n(&ss->fault, &none, why, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return;
+	wsd_debug("switch: fd %d: %s: %s: connection reset", s ? s->fd : -1,
+		  reason == R_AUTH ? "the ring's peer failed its proof" : "protocol violation", why);
+	if (!s)
+		return;
+	s->tcp_err = true;
+	s->tcp_errno = ECONNRESET;
+	s->tx_shut = true;
+	wsd_stat_begin(s->stat);
+	s->stat->reason = (uint8_t)reason;
+	wsd_stat_end(s->stat);
+	wsd_stat_add(s->stat, &s->stat->fallbacks, 1);
+	/*
+	 * The kernel's reset (connect to AF_UNSPEC disconnects a TCP socket
+	 * with RST): the TCP peer must not take a FIN for a clean end, and
+	 * our own sleepers wake on it.
+	 */
+	real.connect(s->fd, &unspec, sizeof(unspec));
+}
+
+static void protocol_fail(struct wsd_session *ss, const char *why)
+{
+	session_fail(ss, R_PROTOCOL, why);
+}
+
+static bool faulted(const struct wsd_session *ss)
+{
+	return ss && __atomic_load_n(&ss->fault, __ATOMIC_ACQUIRE);
+}
+
+/* After a violation: the reset once (as the kernel reports one), then the end. */
+static ssize_t fault_rx(struct wsd_sock *s)
+{
+	if (s->tcp_err) {
+		s->tcp_err = false;
+		s->tcp_eof = true;
+		return -ECONNRESET;
+	}
+	return 0;
+}
+
 /* tx_lock held, fits() checked.  Payload from c (len bytes) or inline. */
 /*
  * A record into the peer's mapped ring at off, its header staged: the same
@@ -787,24 +874,45 @@ static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uin
 	return 0;
 }
 
-/* The complete record at pos, or NULL. */
-static struct wsd_rec *rec_at(struct wsd_session *ss, uint64_t pos)
+/*
+ * The record walk over our ring (wsd_wire_walk), from pos past the types
+ * in skip.  judge: the caller holds rx_lock, so rx_pos is the walk's true
+ * start and the sender cannot be overwriting anything past it; a violation
+ * then fails the connection.  A reader without rx_lock may meet a slot of
+ * the next lap half written, and only stops there.  After a violation
+ * nothing is read.  1 with *r, 0 at the end of the records, -EPROTO.
+ */
+static int walk(struct wsd_session *ss, uint64_t pos, uint32_t skip, struct wire_rec *r,
+		bool judge)
 {
-	uint64_t off = pos % ss->ring_size;
-	struct wsd_rec *h = (struct wsd_rec *)(ss->ring + off);
-	uint64_t stamp = atomic_load_explicit(&h->stamp, memory_order_acquire);
+	const char *why;
+	int k;
 
-	if (stamp != (pos ^ ss->rx_key))
-		return NULL;
-	if (h->type == REC_PAD)
-		return h;
-	if (off + rec_size(h->len) > ss->ring_size)
-		return NULL;     /* a peer that breaks the format gets nothing */
-	if (atomic_load_explicit((_Atomic uint64_t *)(ss->ring + off + rec_size(h->len) -
-						      REC_TRAILER),
-				 memory_order_acquire) != stamp)
-		return NULL;
-	return h;
+	if (faulted(ss)) {
+		r->pos = pos;
+		r->type = 0;
+		return -EPROTO;
+	}
+	k = wsd_wire_walk(&ss->rxr, judge ? ss->rx_pos : pos, pos, skip, r, &why);
+	if (k < 0 && peer_untrusted(ss))
+		return 0;   /* not a SWITCH: nothing we will read */
+	if (k < 0 && judge)
+		protocol_fail(ss, why);
+	return k;
+}
+
+/* rx_lock held: the complete record at pos? */
+static int rec_at(struct wsd_session *ss, uint64_t pos, struct wire_rec *r)
+{
+	return walk(ss, pos, 0, r, true);
+}
+
+/* rx_lock held: a complete record at the head? */
+static bool rec_head(struct wsd_session *ss)
+{
+	struct wire_rec r;
+
+	return rec_at(ss, ss->rx_pos, &r) > 0;
 }
 
 /* rx_lock held: tell the sender about room, when it matters. */
@@ -821,11 +929,11 @@ static void report(struct wsd_sock *s, bool force)
 	}
 }
 
-static void consume(struct wsd_sock *s, struct wsd_rec *h)
+static void consume(struct wsd_sock *s, const struct wire_rec *r)
 {
 	struct wsd_session *ss = s->sess;
 
-	ss->rx_pos += h->type == REC_PAD ? h->len : rec_size(h->len);
+	ss->rx_pos = r->next;
 	ss->rx_off = 0;
 }
 
@@ -840,22 +948,25 @@ static int set_prefix(struct wsd_sock *s, const uint8_t *data, size_t len);
 static void check_switch(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	struct wsd_rec *h;
+	struct wire_rec r;
+	const char *why;
 	uint64_t n;
 
 	if (!ss || s->rx_mode != DIR_TCP || s->rx_back)
 		return;
-	h = rec_at(ss, ss->rx_pos);
-	if (!h || h->type != REC_SWITCH)
+	if (rec_at(ss, ss->rx_pos, &r) <= 0 || r.type != REC_SWITCH)
 		return;
-	memcpy(&n, (uint8_t *)h + REC_HDR, sizeof(n));
-	consume(s, h);
-	if (n < s->tcp_rx) {
-		/* we already delivered stream bytes it says it never sent */
-		proof_fail(s, "switch point behind the stream", false);
+	memcpy(&n, r.payload, sizeof(n));
+	if (wsd_wire_switch_check(n, s->tcp_rx, &why)) {
+		/* e.g. stream bytes we delivered that it says it never sent */
+		if (peer_untrusted(ss))
+			proof_fail(s, why, false);
+		else
+			protocol_fail(ss, why);
 		return;
 	}
 	s->rx_switch_at = n;
+	consume(s, &r);
 	report(s, false);
 	s->rx_mode = s->tcp_rx == n ? DIR_PROOF : DIR_DRAIN;
 	s->proof_got = 0;
@@ -879,33 +990,17 @@ static void proof_fail(struct wsd_sock *s, const char *why, bool tx_locked)
 {
 	struct wsd_session *ss = s->sess;
 
-	wsd_debug("switch: fd %d: the ring's peer failed the proof (%s)", s->fd, why);
-	if (s->connected_side || atomic_load(&s->proven) || s->tx_mode == DIR_RING ||
+	if (!peer_untrusted(ss) || s->tx_mode == DIR_RING ||
 	    (s->proof_got && set_prefix(s, ss->nonce, s->proof_got))) {
-		struct sockaddr sa = { .sa_family = AF_UNSPEC };
-
-		s->tcp_err = true;
-		s->tcp_errno = ECONNRESET;
-		s->proof_dead = true;
-		s->rx_mode = DIR_TCP;
-		s->rx_back = true;         /* the ring is never read again */
-		if (!tx_locked)
-			pthread_mutex_lock(&s->tx_lock);
-		s->tx_shut = true;
-		put_word(ss, W_TX, CW_CLOSED, 2);
-		if (!tx_locked)
-			pthread_mutex_unlock(&s->tx_lock);
-		real.connect(s->fd, &sa, sizeof(sa));   /* the kernel's reset, to the TCP peer */
-		wsd_stat_begin(s->stat);
-		s->stat->reason = R_AUTH;
-		wsd_stat_end(s->stat);
-		wsd_stat_add(s->stat, &s->stat->fallbacks, 1);
+		session_fail(ss, R_AUTH, why);
 		return;
 	}
+	(void)tx_locked;
 	s->proof_got = 0;
 	s->rx_mode = DIR_TCP;
 	s->rx_back = true;
 	s->tx_back = true;   /* our sending side never switched, nor will */
+	wsd_debug("switch: fd %d: the ring's peer failed its proof (%s): plain TCP", s->fd, why);
 	wsd_session_abandon(ss);
 	plain_again(s, R_AUTH);
 	wsd_stat_add(s->stat, &s->stat->fallbacks, 1);
@@ -1164,27 +1259,30 @@ static void serve_back_unlocked(struct wsd_sock *s)
 static void check_back(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	uint64_t pos, lim;
-	struct wsd_rec *h;
+	uint64_t lim, bells;
+	struct wire_rec r;
+	const char *why;
+	int e;
 
 	if (!ss || s->rx_back || s->rx_mode == DIR_DRAIN || s->rx_mode == DIR_PROOF)
 		return;
-	for (pos = ss->rx_pos; (h = rec_at(ss, pos)) && h->type != REC_BACK;
-	     pos += h->type == REC_PAD ? h->len : rec_size(h->len))
-		if (h->type != REC_PAD && h->type != REC_FIN)
-			return;
-	lim = ctl_get(ss, CW_BACK_BELLS);
-	/*
-	 * A peer that has not proved itself may only say it never switched
-	 * (no bells): any other count would make us skip stream bytes.
-	 */
-	if (!h || !lim || (!atomic_load(&s->proven) && lim != 1))
+	if (walk(ss, ss->rx_pos, WIRE_SKIP(REC_PAD) | WIRE_SKIP(REC_FIN), &r, true) <= 0 ||
+	    r.type != REC_BACK)
 		return;
-	ss->rx_pos = pos + rec_size(h->len);
-	ss->rx_off = 0;
+	lim = ctl_get(ss, CW_BACK_BELLS);
+	if (!lim)
+		return;
+	memcpy(&bells, r.payload, sizeof(bells));
 	pthread_mutex_lock(&s->mu);
-	s->rx_skip = lim - 1 > ss->bells_rx ? lim - 1 - ss->bells_rx : 0;
+	e = wsd_wire_back_check(bells, lim, ss->bells_rx, &why);
+	if (!e)
+		s->rx_skip = bells - ss->bells_rx;
 	pthread_mutex_unlock(&s->mu);
+	if (e) {
+		protocol_fail(ss, why);
+		return;
+	}
+	consume(s, &r);
 	s->rx_mode = DIR_TCP;
 	s->peer_fin = false;        /* the stream carries the peer's FIN now */
 	s->tcp_eof = false;
@@ -1286,6 +1384,7 @@ static void post_offer(struct wsd_sock *s, struct cursor *c)
 	b->gen = ++ss->post_gen;
 	b->pos = ss->rx_pos;
 	b->len = len;
+	ss->post_len = len;
 	b->pad = 0;
 	memcpy(b->desc, ss->post_desc, sizeof(b->desc));
 	if (rdma_writev(ss, &(WSABUFEX){ sizeof(*b), (char *)b, ss->words_handle }, 1,
@@ -1335,6 +1434,7 @@ static ssize_t send_posted(struct wsd_sock *s, struct cursor *c)
 	uint64_t gen = ctl_get(ss, CW_POST);
 	struct wsd_wzc w;
 	struct wsd_post p;
+	const char *why;
 	WSABUFEX b;
 	int err, r;
 
@@ -1342,8 +1442,12 @@ static ssize_t send_posted(struct wsd_sock *s, struct cursor *c)
 		return 0;
 	memcpy(&p, (const void *)&ss->ctl->post, sizeof(p));
 	if (p.gen != gen || ctl_get(ss, CW_POST) != gen)
-		return 0;
+		return 0;   /* a new offer being written: look again next time */
 	ss->post_answered = gen;
+	if (wsd_wire_post_check(&p, gen, ss->tx_pos, &why)) {
+		protocol_fail(ss, why);
+		return -ECONNRESET;
+	}
 	if (p.pos != ss->tx_pos || !fits(ss, sizeof(w), false) ||
 	    put_word(ss, W_TX, CW_CLAIM, gen))
 		return 0;   /* our records reach it first: the peer lets the offer go */
@@ -1409,6 +1513,11 @@ static int zc_read(struct wsd_sock *s, struct wsd_zc *z, uint32_t at, struct cur
 	r = t->lpWSPRdmaRead(ss->ws, b, nb, z->desc, sizeof(z->desc), at, &got, 0, &ov, NULL,
 			     NULL, &err);
 	r = rdma_done(ss->ws, &ov, r, err);
+	if (r == -EFAULT) {
+		/* our buffers are registered: it is the peer's descriptor the provider refused */
+		protocol_fail(ss, "ZC: descriptor refused by the provider");
+		r = -ECONNRESET;
+	}
 	if (!r)
 		r = (int)(n - left);
 out:
@@ -1427,42 +1536,66 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 	bool peek = flags & MSG_PEEK;
 	uint64_t pos = ss->rx_pos;
 	uint32_t off = ss->rx_off;
+	const char *why;
 	size_t done = 0;
 
 	while (cur_left(c)) {
-		struct wsd_rec *h = rec_at(ss, pos);
+		struct wire_rec r;
+		struct wsd_zc z = { 0 };
+		uint64_t plen;
 		size_t n;
+		int k = walk(ss, pos, WIRE_SKIP(REC_PAD), &r, true);
 
-		if (!h)
-			break;
-		if (h->type == REC_PAD) {
-			pos += h->len;
-			if (!peek)
-				consume(s, h);
-			continue;
+		if (k < 0)
+			return done ? (ssize_t)done : fault_rx(s);
+		if (r.pos != pos) {
+			/* pads passed: nothing to read in them */
+			if (wsd_wire_resume_check(REC_PAD, 0, off, &why))
+				goto bad;
+			pos = r.pos;
+			if (!peek) {
+				ss->rx_pos = pos;
+				ss->rx_off = 0;
+			}
 		}
-		if (h->type == REC_WZC) {
+		if (!k)
+			break;
+		if (r.type == REC_WZC) {
 			struct wsd_wzc w;
+			uint64_t got;
 
-			memcpy(&w, (uint8_t *)h + REC_HDR, sizeof(w));
-			pos += rec_size(h->len);
+			memcpy(&w, r.payload, sizeof(w));
+			if (wsd_wire_wzc_check(&w, ss->post_gen, ss->post_active,
+					       ss->post_len < cur_left(c) ? ss->post_len : cur_left(c),
+					       &got, &why) ||
+			    wsd_wire_resume_check(r.type, 0, off, &why))
+				goto bad;
+			pos = r.next;
 			if (!peek)
-				consume(s, h);
+				consume(s, &r);
 			if (!ss->post_active || w.gen != ss->post_gen)
 				continue;   /* the answer to an offer already let go */
-			/* the sender wrote w.len bytes at the cursor: nothing came before them */
-			n = (size_t)w.len;
+			/* the sender wrote got bytes at the cursor: nothing came before them */
+			n = (size_t)got;
 			post_release(ss);
 			cur_skip(c, n);
 			wsd_stat_add(s->stat, &s->stat->zcopy_rx, n);
 			done += n;
 			continue;
 		}
+		if (r.type == REC_ZC) {
+			memcpy(&z, r.payload, sizeof(z));
+			if (wsd_wire_zc_check(&z, &why))
+				goto bad;
+		}
+		plen = r.type == REC_ZC ? z.len : r.len;
+		if (wsd_wire_resume_check(r.type, plen, off, &why))
+			goto bad;
 		if (ss->post_active && !peek)
 			post_withdraw(s, false);   /* other data came first: the offer is void */
-		if (h->type == REC_BACK)
+		if (r.type == REC_BACK)
 			break;        /* check_back moves on once its count is there */
-		if (h->type == REC_FIN) {
+		if (r.type == REC_FIN) {
 			if (!done) {
 				s->peer_fin = true;
 				if (s->tx_shut && !s->kernel_fin)
@@ -1471,24 +1604,22 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 			}
 			break;
 		}
-		if (h->type == REC_DATA) {
-			n = h->len - off;
+		if (r.type == REC_DATA) {
+			n = r.len - off;
 			if (n > cur_left(c))
 				n = cur_left(c);
-			cur_copy_to(c, (uint8_t *)h + REC_HDR + off, n);
+			cur_copy_to(c, r.payload + off, n);
 			wsd_stat_add(s->stat, &s->stat->copy_rx, peek ? 0 : n);
-		} else if (h->type == REC_ZC) {
-			struct wsd_zc z;
-			int r;
+		} else if (r.type == REC_ZC) {
+			int e;
 
-			memcpy(&z, (uint8_t *)h + REC_HDR, sizeof(z));
-			n = z.len - off;
+			n = (size_t)(z.len - off);
 			if (n > cur_left(c))
 				n = cur_left(c);
-			r = zc_read(s, &z, off, c, n);
-			if (r < 0)
-				return done ? (ssize_t)done : r;
-			n = (size_t)r;
+			e = zc_read(s, &z, off, c, n);
+			if (e < 0)
+				return done ? (ssize_t)done : faulted(ss) ? fault_rx(s) : e;
+			n = (size_t)e;
 			cur_skip(c, n);
 			wsd_stat_add(s->stat, &s->stat->zcopy_rx, peek ? 0 : n);
 			if (!peek && off + n == z.len) {
@@ -1496,20 +1627,20 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 				put_word(ss, W_RX, CW_ZC_DONE, ss->zc_finished);
 			}
 		} else {
-			return done ? (ssize_t)done : -EPROTO;
+			why = "record: SWITCH after the switch";
+			goto bad;
 		}
 		done += n;
 		off += (uint32_t)n;
-		if (off == (h->type == REC_ZC ? ((struct wsd_zc *)((uint8_t *)h + REC_HDR))->len :
-			    h->len)) {
-			pos += rec_size(h->len);
+		if (off == plen) {
+			pos = r.next;
 			off = 0;
 			if (!peek)
-				consume(s, h);
+				consume(s, &r);
 		} else if (!peek) {
 			ss->rx_off = off;
 		}
-		if (peek && h->type == REC_ZC)
+		if (peek && r.type == REC_ZC)
 			break;
 	}
 	if (!peek && done) {
@@ -1518,10 +1649,10 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		 * Ran dry: read the doorbells now, or the kernel fd stays readable
 		 * with nothing to read (a nested epoll set would report it).
 		 */
-		if (!rec_at(ss, ss->rx_pos) && s->ep_items) {
+		if (!rec_head(ss) && s->ep_items) {
 			/* in an epoll set (maybe nested): stay armed for the next arrival */
 			arm_data(s, false);
-		} else if (!rec_at(ss, ss->rx_pos) && ss->data_gen != ss->drained_gen) {
+		} else if (!rec_head(ss) && ss->data_gen != ss->drained_gen) {
 			pthread_mutex_lock(&s->mu);
 			if (!s->sleepers) {
 				drain(s);
@@ -1542,6 +1673,9 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		return -s->tcp_errno;
 	}
 	return s->tcp_eof ? 0 : -EAGAIN;
+bad:
+	protocol_fail(ss, why);
+	return done ? (ssize_t)done : fault_rx(s);
 }
 
 /* Count and return a kernel read; -errno on failure. */
@@ -1576,18 +1710,12 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	size_t want = cur_left(c);
 	ssize_t n;
 
+	if (faulted(s->sess))
+		return fault_rx(s);
 	/*
 	 * Every look at the ring looks for the peer's BACK request too: the bell
 	 * that came with it may have been read by the drain before a sleep.
 	 */
-	if (s->proof_dead) {
-		/* the ring's peer failed its proof: the reset, once, then the end */
-		if (!s->tcp_err)
-			return 0;
-		s->tcp_err = false;
-		s->tcp_eof = true;
-		return -s->tcp_errno;
-	}
 	serve_back_unlocked(s);
 	if (s->sess)
 		region_fd_check(s->sess);
@@ -1611,6 +1739,8 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 		}
 		if (s->rx_mode == DIR_PROOF) {
 			proof_read(s, false);
+			if (faulted(s->sess))
+				return fault_rx(s);
 			if (s->rx_mode == DIR_PROOF)
 				return -EAGAIN;
 			if (s->rx_back)
@@ -1647,8 +1777,8 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 			if (n > 0 && (uint64_t)n > left)
 				n = (ssize_t)proof_in_read(s, c, (size_t)left, (size_t)n,
 							   flags & MSG_PEEK);
-			if (s->proof_dead)
-				return n > 0 ? n : rx_step(s, c, flags);
+			if (faulted(s->sess))
+				return n > 0 ? n : fault_rx(s);
 			if (n == 0 && !left)
 				continue;   /* at the switch point: PROOF looks at what follows */
 			if (n == -EAGAIN)
@@ -1697,7 +1827,7 @@ static void arm_data(struct wsd_sock *s, bool self)
 	 * another set) must keep seeing it.
 	 */
 	pthread_mutex_lock(&s->mu);
-	if (s->sleepers == (self ? 1 : 0) && !(s->rx_mode == DIR_RING && rec_at(ss, ss->rx_pos)))
+	if (s->sleepers == (self ? 1 : 0) && !(s->rx_mode == DIR_RING && rec_head(ss)))
 		drain(s);
 	pthread_mutex_unlock(&s->mu);
 	/* a sender short of room may be asleep too: give it all we took */
@@ -2001,7 +2131,7 @@ static bool spin_until_ready(struct wsd_sock *s, bool (*ready)(struct wsd_sock *
 static bool data_ready(struct wsd_sock *s, uint32_t len, bool zc)
 {
 	(void)len; (void)zc;
-	return rec_at(s->sess, s->sess->rx_pos) != NULL;
+	return rec_head(s->sess);
 }
 
 static bool room_ready(struct wsd_sock *s, uint32_t len, bool zc)
@@ -2112,6 +2242,10 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 
 		if (s->detached) {
 			n = -ECONNRESET;
+		} else if (faulted(s->sess)) {
+			pthread_mutex_lock(&s->rx_lock);
+			n = fault_rx(s);
+			pthread_mutex_unlock(&s->rx_lock);
 		} else if ((s->pre || s->rx_skip) && (n = pre_owed(s, c, flags, nonblock)) != 0) {
 			/* the prefix's bytes, or its error */
 		} else {
@@ -2246,7 +2380,8 @@ static bool mutual_wait(struct wsd_sock *s)
 	struct wsd_session *ss = s->sess;
 
 	return s->tx_mode == DIR_RING && s->rx_mode == DIR_RING &&
-	       ctl_get(ss, CW_SPACE_ARM) != ss->rung_space && rec_at(ss, ss->rx_pos);
+	       ctl_get(ss, CW_SPACE_ARM) != ss->rung_space &&
+	       walk(ss, ss->rx_pos, 0, &(struct wire_rec){ 0 }, false) > 0;   /* no rx_lock */
 }
 
 /* tx_lock held: the stall is real: the connection goes back both ways. */
@@ -2275,14 +2410,21 @@ static int stall_wait(struct wsd_sock *s, uint32_t len)
 	uint64_t c0 = ctl_get(ss, CW_CONSUMED);
 	int64_t end = wsd_now_ms() + STALL_MS, left;
 
-	pthread_mutex_unlock(&s->tx_lock);
-	while (!fits(ss, len, false) && (left = end - wsd_now_ms()) > 0) {
+	for (;;) {
 		/* a peer gone back to the stream rings no more: tick */
 		struct pollfd p = { .fd = s->fd, .events = ctl_get(ss, CW_BACK_BELLS) ? 0 : POLLIN };
 
-		if (real.poll(&p, 1, p.events ? (int)left : TICK_MS) > 0)
+		/* fits() under tx_lock: the peer's consumed is judged against our tx_pos */
+		if (fits(ss, len, false) || (left = end - wsd_now_ms()) <= 0)
 			break;
+		pthread_mutex_unlock(&s->tx_lock);
+		if (real.poll(&p, 1, p.events ? (int)left : TICK_MS) > 0) {
+			pthread_mutex_lock(&s->tx_lock);
+			break;
+		}
+		pthread_mutex_lock(&s->tx_lock);
 	}
+	pthread_mutex_unlock(&s->tx_lock);
 	pthread_mutex_lock(&s->mu);
 	if (s->sleepers == 1)
 		drain(s);
@@ -2336,6 +2478,8 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 		if (zc_wait ? ctl_get(ss, CW_ZC_DONE) >=
 			      ss->zc_sent : fits(ss, len, false))
 			return 0;
+		if (faulted(ss))
+			return -ECONNRESET;
 		if (ctl_get(ss, CW_CLOSED) ||
 		    s->tcp_eof || s->tcp_err)
 			return -EPIPE;
@@ -2547,6 +2691,15 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	}
 	if (s->detached) {
 		n = -ECONNRESET;
+	} else if (faulted(s->sess)) {
+		/* the reset once, as the kernel reports one, then EPIPE */
+		if (s->tcp_err) {
+			s->tcp_err = false;
+			s->tcp_eof = true;
+			n = -ECONNRESET;
+		} else {
+			n = epipe(flags);
+		}
 	} else if (s->tx_mode == DIR_RING || tx_switch(s)) {
 		n = send_ring(s, &c, flags, nonblock);
 		if (n >= 0 && s->tx_back && cur_left(&c)) {
@@ -2573,13 +2726,15 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 static void reset_if_shut(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	struct wsd_rec *h;
+	struct wire_rec r;
+	int k;
 
 	if (!s->rx_shut || !s->tx_shut || s->rx_mode != DIR_RING || s->tcp_err || s->tcp_eof)
 		return;
-	while ((h = rec_at(ss, ss->rx_pos)) && h->type == REC_PAD)
-		consume(s, h);
-	if (!h || (h->type != REC_DATA && h->type != REC_ZC))
+	k = walk(ss, ss->rx_pos, WIRE_SKIP(REC_PAD), &r, true);
+	if (k >= 0 && !ss->rx_off)
+		ss->rx_pos = r.pos;     /* the pads passed */
+	if (k <= 0 || (r.type != REC_DATA && r.type != REC_ZC))
 		return;
 	s->tcp_err = true;
 	s->tcp_errno = ECONNRESET;
@@ -2614,38 +2769,41 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 		return false;   /* the stream's next bytes are the proof, not data */
 	if (s->rx_mode != DIR_RING)
 		return kernel & (POLLIN | POLLHUP | POLLERR);
+	if (ss->rx_off)
+		return true;    /* a record partly read */
 	for (;;) {
-		struct wsd_rec *h = rec_at(ss, ss->rx_pos);
+		struct wire_rec r;
 		struct wsd_wzc w;
+		const char *why;
+		uint64_t got;
+		int k = walk(ss, ss->rx_pos, WIRE_SKIP(REC_PAD), &r, true);
 
-		if (!h)
+		if (k < 0)
+			return true;            /* the reset, to be read */
+		ss->rx_pos = r.pos;         /* pads: nothing to read */
+		if (!k)
 			return false;
-		if (h->type == REC_WZC) {
-			memcpy(&w, (uint8_t *)h + REC_HDR, sizeof(w));
-			if (ss->post_active && w.gen == ss->post_gen)
-				return true;
-		} else if (h->type != REC_PAD) {
+		if (r.type != REC_WZC)
+			return true;
+		memcpy(&w, r.payload, sizeof(w));
+		if (wsd_wire_wzc_check(&w, ss->post_gen, ss->post_active, ss->post_len, &got, &why)) {
+			protocol_fail(ss, why);
 			return true;
 		}
-		consume(s, h);   /* a pad, or the answer to an offer let go: nothing to read */
+		if (ss->post_active && w.gen == ss->post_gen)
+			return true;
+		consume(s, &r);   /* the answer to an offer let go: nothing to read */
 	}
 }
 
 /* The peer's FIN record waits in the ring (behind data, perhaps). */
 static bool fin_pending(struct wsd_sock *s)
 {
-	struct wsd_session *ss = s->sess;
-	uint64_t pos;
-	struct wsd_rec *h;
+	struct wire_rec r;
 
-	if (s->rx_mode != DIR_RING)
-		return false;
-	for (pos = ss->rx_pos; (h = rec_at(ss, pos)); )
-		if (h->type == REC_FIN)
-			return true;
-		else
-			pos += h->type == REC_PAD ? h->len : rec_size(h->len);
-	return false;
+	/* callers may not hold rx_lock: a walk that does not judge */
+	return s->rx_mode == DIR_RING &&
+	       walk(s->sess, s->sess->rx_pos, ~WIRE_SKIP(REC_FIN), &r, false) > 0;
 }
 
 short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
@@ -2666,6 +2824,9 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 		}
 		return r & (events | POLLHUP | POLLERR);
 	}
+	if (faulted(s->sess))
+		/* reset: as tcp_poll says of a connection the peer reset */
+		return (POLLIN | POLLOUT | POLLRDHUP | POLLERR | POLLHUP) & (events | POLLHUP | POLLERR);
 	pthread_mutex_lock(&s->rx_lock);
 	in = rx_readable(s, kernel);
 	if (!in && arm && (events & POLLIN) && s->rx_ready_sent) {
@@ -2724,14 +2885,13 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 uint64_t wsd_sock_rx_mark(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	uint64_t pos;
-	struct wsd_rec *h;
+	struct wire_rec r;
 
 	if (!ss || s->rx_mode != DIR_RING)
 		return 0;
-	for (pos = ss->rx_pos; (h = rec_at(ss, pos)); )
-		pos += h->type == REC_PAD ? h->len : rec_size(h->len);
-	return pos;
+	/* without rx_lock: a walk that does not judge */
+	walk(ss, ss->rx_pos, ~0u, &r, false);
+	return r.pos;
 }
 
 void wsd_sock_arm(struct wsd_sock *s, short events)
@@ -2770,6 +2930,8 @@ long wsd_sock_nread(struct wsd_sock *s)
 	}
 	if (!ss || !s->rx_ready_sent)
 		return -1;
+	if (faulted(ss))
+		return 0;
 	pthread_mutex_lock(&s->rx_lock);
 	rx_settle(s, false);
 	if ((s->rx_mode == DIR_TCP || s->rx_mode == DIR_DRAIN) &&
@@ -2781,18 +2943,25 @@ long wsd_sock_nread(struct wsd_sock *s)
 	if (s->rx_mode != DIR_TCP && atomic_load(&s->proven)) {
 		uint64_t pos = ss->rx_pos;
 		uint32_t off = ss->rx_off;
-		struct wsd_rec *h;
+		struct wire_rec r;
 
-		while ((h = rec_at(ss, pos)) && h->type != REC_FIN) {
-			if (h->type == REC_PAD) {
-				pos += h->len;
-				continue;
+		while (walk(ss, pos, WIRE_SKIP(REC_PAD), &r, true) > 0 && r.type != REC_FIN) {
+			uint64_t plen = r.type == REC_DATA ? r.len : 0;
+			const char *why;
+
+			if (r.type == REC_ZC) {
+				struct wsd_zc z;
+
+				memcpy(&z, r.payload, sizeof(z));
+				if (wsd_wire_zc_check(&z, &why)) {
+					protocol_fail(ss, why);
+					break;
+				}
+				plen = z.len;
 			}
-			if (h->type == REC_DATA)
-				n += h->len - off;
-			else if (h->type == REC_ZC)
-				n += (long)(((struct wsd_zc *)((uint8_t *)h + REC_HDR))->len - off);
-			pos += rec_size(h->len);
+			if (plen > off)
+				n += (long)(plen - off);
+			pos = r.next;
 			off = 0;
 		}
 	}
@@ -2880,13 +3049,14 @@ void wsd_sock_closed(struct wsd_sock *s)
 	struct linger l = { 0 };
 	socklen_t len = sizeof(l);
 
-	if (ss && !s->detached) {
+	if (ss && !s->detached && !faulted(ss)) {
 		/* the peer's proof left unread on the stream would make close a reset */
 		pthread_mutex_lock(&s->rx_lock);
 		rx_settle(s, false);
 		pthread_mutex_unlock(&s->rx_lock);
 	}
-	if (!ss || s->detached || s->tx_back)
+	/* after a violation the kernel's close ends what protocol_fail shut */
+	if (!ss || s->detached || s->tx_back || faulted(ss))
 		return;
 	real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len);
 	if ((l.l_onoff && l.l_linger == 0) || (s->rx_ready_sent && wsd_sock_nread(s) > 0)) {
@@ -2966,6 +3136,8 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 
 	if (!ss || s->detached)
 		return -EINVAL;
+	if (faulted(ss))
+		return -ECONNRESET;
 	if (!(tmp = malloc(65536)))
 		return -ENOMEM;
 	/* what the peer sent before its BACK, kept in a growing buffer */

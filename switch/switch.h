@@ -173,7 +173,6 @@ struct wsd_sock {
 	/* the peer proved it holds this TCP connection: until then the
 	 * listening side sends nothing by ring (set under rx_lock) */
 	_Atomic bool proven;
-	bool proof_dead;             /* rx_lock: it failed after we sent by ring: reset */
 	bool tx_shut, rx_shut;       /* shutdown() by the application */
 	bool peer_fin;               /* the peer's FIN record was consumed */
 	bool sent_after_close;       /* the one send a closed peer's kernel would take */

@@ -322,13 +322,15 @@ static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *
 	struct acceptor_req *a = (struct acceptor_req *)arg;
 
 	(void)caller_id; (void)sqos; (void)gqos; (void)callee_id; (void)g;
+	const char *why;
+
 	callee_data->len = 0;
-	if (!caller_data || caller_data->len != sizeof(a->t)) {
-		wsd_stat_refused(R_PROTOCOL);
-		return CF_REJECT;
-	}
-	memcpy(&a->t, caller_data->buf, sizeof(a->t));
-	if (a->t.magic != WSD_TUPLE_MAGIC || a->t.server.port != a->port) {
+	/* another version is taken, to be refused with reason protocol (take_hello) */
+	if ((wsd_wire_tuple_check(caller_data ? caller_data->buf : NULL,
+				  caller_data ? caller_data->len : 0, &a->t, &why) == -EPROTO) ||
+	    a->t.server.port != a->port) {
+		wsd_debug("switch: a connect request refused: %s", a->t.server.port != a->port ?
+			  "tuple: not this port" : why);
 		wsd_stat_refused(R_PROTOCOL);
 		return CF_REJECT;
 	}
@@ -369,12 +371,16 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 	struct find f = { t, NULL };
 	struct pending *p = NULL, *old = NULL;
 	bool full = false;
+	const char *why;
+	int e;
 
-	if (recv_msg(ws, &h, ANSWER_MS) || h.kind != MSG_HELLO) {
+	if (recv_msg(ws, &h, ANSWER_MS) || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
 		drop(ws);
 		return;
 	}
-	if (h.version != WSD_PROTO_VERSION || t->version != WSD_PROTO_VERSION) {
+	e = wsd_wire_hello_check(&h, MSG_HELLO, &why);
+	if (e || t->version != WSD_PROTO_VERSION) {
+		wsd_debug("switch: a HELLO refused: %s", e ? why : "tuple: another version");
 		refuse(ws, R_PROTOCOL);
 		return;
 	}
@@ -657,8 +663,9 @@ static void client_upgrade(struct wsd_sock *s)
 	struct wsd_hello h = { 0 }, a;
 	struct wsd_tuple t = { .magic = WSD_TUPLE_MAGIC, .version = WSD_PROTO_VERSION };
 	WSABUF caller = { sizeof(t), (char *)&t };
+	const char *why;
 	SOCKET ws;
-	int err;
+	int err, e;
 
 	if (atomic_load(&s->nfds) == 0 || s->no_upgrade)
 		return fail(s, s->no_upgrade ? (enum wsd_reason)s->why_not : R_FORKED);
@@ -685,10 +692,13 @@ static void client_upgrade(struct wsd_sock *s)
 		wsd_session_free(ss);
 		return fail(s, R_NO_MATCH);
 	}
-	if (a.kind != MSG_ACCEPT || a.version != WSD_PROTO_VERSION) {
+	e = wsd_wire_hello_check(&a, MSG_ACCEPT, &why);
+	if (e || a.kind != MSG_ACCEPT) {
 		wsd_session_free(ss);
-		return fail(s, a.kind == MSG_REFUSE && a.reason < R_NREASONS ?
-			       (enum wsd_reason)a.reason : R_PROTOCOL);
+		if (e)
+			wsd_debug("switch: fd %d: the peer's answer: %s", s->fd, why);
+		/* a well-formed REFUSE gives the peer's reason, anything else protocol */
+		return fail(s, !e && a.reason < R_NREASONS ? (enum wsd_reason)a.reason : R_PROTOCOL);
 	}
 	wsd_session_peer(ss, &a);
 	wsd_session_attach(s, ss);

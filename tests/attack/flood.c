@@ -111,6 +111,7 @@ int main(int argc, char **argv)
 			WSABUF b = { sizeof(h), (char *)&h }, r = { sizeof(in[i]), (char *)&in[i] };
 			uint32_t k, fl = 0;
 
+			memset(h.nonce, 0x33, sizeof(h.nonce));   /* a well-formed one */
 			procs.lpWSPSend(ws[i], &b, 1, &k, 0, NULL, NULL, NULL, &err);
 			ov[i].hEvent = (void *)1;
 			if (procs.lpWSPRecv(ws[i], &r, 1, &k, &fl, &ov[i], NULL, NULL, &err) &&
@@ -141,8 +142,8 @@ int main(int argc, char **argv)
 		else
 			none++;
 	}
-	/* reason 14 is busy, 6 no-match (wsd-protocol(7)) */
-	printf("refused busy %d\nrefused no-match %d\nno answer %d\n", answers[14], answers[6],
-	       none);
+	/* reason 14 is busy, 6 no-match, 11 protocol (wsd-protocol(7)) */
+	printf("refused busy %d\nrefused no-match %d\nrefused protocol %d\nno answer %d\n",
+	       answers[14], answers[6], answers[11], none);
 	return 0;
 }

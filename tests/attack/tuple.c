@@ -4,18 +4,21 @@
  * connection's TCP peer names that connection's 4-tuple to the server's
  * switch and tries to take it over.
  *
- *   tuple server PORTFILE          echo server (each byte xor 0x5a), a
+ *   tuple server PORTFILE [ADDR]   echo server (each byte xor 0x5a), a
  *                                  thread per connection; writes its port
- *   tuple client PORT LOCALFILE STOPFILE
+ *   tuple client PORT LOCALFILE STOPFILE [ADDR]
  *                                  the victim, a plain program: 64-byte
  *                                  calls every 10 ms until STOPFILE exists,
  *                                  each answer checked; writes its local
  *                                  port first; exits 0 when all were right
- *   tuple attack PORT              its own connection to the server, bytes
- *                                  before and after its switch's upgrade
- *                                  (which names the victim's tuple), and
- *                                  reads what comes back for 2 s
+ *   tuple attack PORT [ADDR [SECONDS]]
+ *                                  its own connection to the server: bytes,
+ *                                  then more every 100 ms for SECONDS
+ *                                  (default 2) while its switch upgrades
+ *                                  (naming the victim's tuple), reading what
+ *                                  comes back; "reading" at half time
  *
+ * ADDR: the server's IPv4 address (default 127.0.0.1).
  * Every wait is bounded; each program exits by itself.
  */
 #define _GNU_SOURCE
@@ -48,12 +51,15 @@ static int64_t now_ms(void)
 	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+static const char *addr = "127.0.0.1";
+
 static int dial(int port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (inet_pton(AF_INET, addr, &a.sin_addr) != 1)
+		die(addr);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)))
 		die("connect");
 	return fd;
@@ -105,7 +111,8 @@ static _Noreturn void server(const char *portfile)
 	int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
 	FILE *f;
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (inet_pton(AF_INET, addr, &a.sin_addr) != 1)
+		die(addr);
 	if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
 	    bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 16) ||
 	    getsockname(lfd, (struct sockaddr *)&a, &al))
@@ -166,36 +173,39 @@ static int client(int port, const char *localfile, const char *stopfile)
 	return calls > 0 ? 0 : 1;
 }
 
-static int attack(int port)
+static int attack(int port, int seconds)
 {
-	int fd = dial(port);
+	int fd = dial(port), ticks = seconds * 10;
 	char b[4096];
 	size_t got = 0;
-	int64_t end;
 
 	memset(b, 'A', sizeof(b));
 	/* enough to start the upgrade (WSD_UPGRADE_BYTES), then more after it */
 	if (send(fd, b, 100, MSG_NOSIGNAL) != 100)
 		die("attack send");
-	usleep(500000);
 	memset(b, 'X', sizeof(b));
-	for (int i = 0; i < 10; i++) {
-		(void)send(fd, b, 100, MSG_NOSIGNAL | MSG_DONTWAIT);
-		usleep(50000);
-	}
-	printf("attack: reading\n");
-	fflush(stdout);
-	end = now_ms() + 3000;
-	while (now_ms() < end) {
-		struct pollfd q = { .fd = fd, .events = POLLIN };
+	for (int t = 1; t <= ticks; t++) {
+		int64_t tick_end = now_ms() + 100;
 		ssize_t n;
 
-		if (poll(&q, 1, 100) <= 0)
-			continue;
-		n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
-		if (n <= 0)
-			break;
-		got += (size_t)n;
+		while (now_ms() < tick_end) {
+			struct pollfd q = { .fd = fd, .events = POLLIN };
+
+			if (poll(&q, 1, (int)(tick_end - now_ms())) <= 0)
+				continue;
+			n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+			if (n == 0)
+				ticks = t;   /* the server closed: this is the last tick */
+			if (n <= 0)
+				break;
+			got += (size_t)n;
+		}
+		memset(b, 'X', 100);
+		(void)send(fd, b, 100, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (t == ticks / 2) {
+			printf("attack: reading\n");
+			fflush(stdout);
+		}
 	}
 	printf("attack: read %zu bytes\n", got);
 	close(fd);
@@ -204,13 +214,22 @@ static int attack(int port)
 
 int main(int argc, char **argv)
 {
-	if (argc == 3 && !strcmp(argv[1], "server"))
+	if ((argc == 3 || argc == 4) && !strcmp(argv[1], "server")) {
+		if (argc == 4)
+			addr = argv[3];
 		server(argv[2]);
-	if (argc == 5 && !strcmp(argv[1], "client"))
+	}
+	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "client")) {
+		if (argc == 6)
+			addr = argv[5];
 		return client(atoi(argv[2]), argv[3], argv[4]);
-	if (argc == 3 && !strcmp(argv[1], "attack"))
-		return attack(atoi(argv[2]));
-	fprintf(stderr, "usage: tuple server PORTFILE | client PORT LOCALFILE STOPFILE | "
-			"attack PORT\n");
+	}
+	if (argc >= 3 && argc <= 5 && !strcmp(argv[1], "attack")) {
+		if (argc >= 4)
+			addr = argv[3];
+		return attack(atoi(argv[2]), argc == 5 ? atoi(argv[4]) : 2);
+	}
+	fprintf(stderr, "usage: tuple server PORTFILE [ADDR] | client PORT LOCALFILE STOPFILE "
+			"[ADDR] | attack PORT [ADDR [SECONDS]]\n");
 	return 2;
 }

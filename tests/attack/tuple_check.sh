@@ -54,7 +54,7 @@ vport=$(cat "$tmp/victim")
 sleep 0.3   # some calls before the attack
 
 LD_PRELOAD=$tmp/forge.so WSD_FORGE_PORT=$vport \
-	"$wsd" run -- "$prog" attack "$port" >"$tmp/attack.out" 2>"$tmp/attack.err" &
+	"$wsd" run -- "$prog" attack "$port" 127.0.0.1 4 >"$tmp/attack.out" 2>"$tmp/attack.err" &
 attacker=$!
 pids="$pids $attacker"
 # an honest wsd client meanwhile

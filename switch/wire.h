@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What two switches write to each other (wsd-protocol(7)): the handshake
+ * messages, the connect request's tuple, the control words and the ring's
+ * records, and one check per kind of message for what the peer wrote.
+ *
+ * The peer writes our region while we read it, and is not trusted: every
+ * value it wrote is read once into a private copy, checked here, and only
+ * the copy used (a second read could see another value).  The checks are
+ * pure functions of that copy and of our own state, so that a Check suite
+ * and the fuzzers (tests/fuzz/) drive the very code the switch runs.  Each
+ * returns 0 when the value is valid, else -EPROTO (or -EPROTONOSUPPORT for
+ * another version, which the handshake answers rather than drops) and sets
+ * *why to a static string naming the failed check, for WSD_DEBUG.
+ */
+#ifndef WSD_SWITCH_WIRE_H
+#define WSD_SWITCH_WIRE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wsd/wsp.h"
+#include "switch/stat.h"
+
+#define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
+#define WSD_PROTO_VERSION 5u
+#define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
+#define WSD_NONCE         16u           /* bytes of a handshake's challenge */
+
+/* Handshake messages (WSPSend on the SPI connection), little-endian. */
+enum { MSG_HELLO = 1, MSG_ACCEPT = 2, MSG_REFUSE = 3 };
+
+struct wsd_hello {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t kind;               /* MSG_* */
+	uint32_t reason;             /* MSG_REFUSE: enum wsd_reason */
+	uint32_t ring_size;          /* the sender's receive ring */
+	uint64_t key;                /* stamps of records in the sender's ring */
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];  /* the sender's receive region */
+	/* shm: the sender's pid and the descriptor of the memfd that holds its
+	 * region, for the peer to map (pidfd_getfd); 0 and -1 otherwise */
+	uint32_t pid;
+	int32_t region_fd;
+	/*
+	 * A fresh random challenge: the peer proves it holds the TCP
+	 * connection by writing it on the stream right after its SWITCH
+	 * point (wsd-protocol(7), "Proof"), which no other host or process
+	 * can do.  Zero in a REFUSE.
+	 */
+	uint8_t nonce[WSD_NONCE];
+	/* zero: version 3 had the 4-tuple here, now in struct wsd_tuple;
+	 * kept so that every version's HELLO is 96 bytes (wsd-protocol(7)) */
+	uint8_t reserved[16];
+};
+_Static_assert(sizeof(struct wsd_hello) == 96, "handshake messages are 96 bytes");
+
+/*
+ * The connecting side's connect data (WSPConnect's caller data; rdma_cm's
+ * private data on verbs): the TCP connection, as the connecting side sees
+ * it, that the new SPI connection is for.  It must fit the 44 bytes a
+ * verbs connect request has left.
+ */
+struct wsd_tuple {
+	uint16_t magic;              /* WSD_TUPLE_MAGIC */
+	uint8_t version;             /* WSD_PROTO_VERSION */
+	uint8_t pad;
+	struct wsd_stat_addr client, server;
+};
+_Static_assert(sizeof(struct wsd_tuple) <= 44, "the tuple must fit a verbs connect request");
+
+/*
+ * A receive region: the words the peer writes about itself, then the ring
+ * the peer fills with records.  Each word is a value and its check (~value)
+ * written after it, apart: a reader takes a value only with its check (a
+ * copy into our memory may show its bytes out of order, see write_record),
+ * and otherwise the last one it took.
+ */
+enum {
+	CW_CONSUMED,     /* ring bytes the peer consumed (our credits) */
+	CW_DATA_ARM,     /* the peer waits for our data: a generation */
+	CW_SPACE_ARM,    /* the peer waits for room in our ring */
+	CW_RX_READY,     /* the peer takes our data by ring from now */
+	CW_ZC_DONE,      /* our zero-copy records the peer finished */
+	CW_CLOSED,       /* the peer closed its socket: 1, or 2 for a reset */
+	CW_BACK_REQ,     /* the peer asks us to send by the stream again */
+	CW_BACK_BELLS,   /* the peer's doorbells on the stream + 1, once it went
+			    back: its stream bytes after those are data */
+	CW_POST,         /* the peer offers its receive buffer (post.gen), or 0 */
+	CW_POST_CANCEL,  /* the peer withdrew its offer of this generation */
+	CW_CLAIM,        /* the peer is writing into our offered buffer (generation) */
+	CW_MAPPED,       /* the peer mapped our region (1) or will not (2): our memfd can go */
+	CW_N
+};
+
+struct wsd_word {
+	_Atomic uint64_t v, check;
+};
+
+/* A receive buffer offered for a write-based zero-copy transfer. */
+struct wsd_post {
+	uint64_t gen;                /* one more each offer */
+	uint64_t pos;                /* the offerer's ring position: valid only there */
+	uint64_t len;
+	uint64_t pad;
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
+};
+
+struct wsd_ctl {
+	struct wsd_word w[CW_N];
+	struct wsd_post post;        /* written before CW_POST names its generation */
+};
+
+#define CTL_SIZE 512u
+_Static_assert(sizeof(struct wsd_ctl) <= CTL_SIZE, "control area");
+
+enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5, REC_BACK = 6,
+       REC_WZC = 7 };
+
+/* REC_WZC's payload: the offer it answers, and the bytes written into it (0: declined). */
+struct wsd_wzc {
+	uint64_t gen, len;
+};
+
+/* A record: header, payload padded to 16, trailer (not for PAD). */
+struct wsd_rec {
+	uint32_t len;                /* payload bytes; PAD: bytes skipped */
+	uint32_t type;
+	_Atomic uint64_t stamp;      /* position ^ key */
+};
+
+struct wsd_zc {
+	uint64_t len;
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
+};
+
+#define REC_HDR 16u
+#define REC_TRAILER 16u
+#define REC_RESERVE 128u             /* kept free so a FIN and a BACK always fit */
+
+/* In 64 bits: a peer's len near 2^32 must not wrap past a bound check. */
+static inline uint64_t rec_size(uint32_t len)
+{
+	return REC_HDR + (((uint64_t)len + 15u) & ~(uint64_t)15u) + REC_TRAILER;
+}
+
+
+/* ---- the checks ---------------------------------------------------------------- */
+
+#define WIRE_RING_MIN 16384u
+#define WIRE_RING_MAX 67108864u
+#define WIRE_ZC_MAX (1u << 30)       /* a sender's zero-copy transfer, and an offer */
+
+/* A HELLO, ACCEPT or REFUSE, received where a message of kind was expected. */
+int wsd_wire_hello_check(const struct wsd_hello *h, uint16_t kind, const char **why);
+/* The connect request's caller data (len bytes at data, copied to *t when valid). */
+int wsd_wire_tuple_check(const void *data, uint32_t len, struct wsd_tuple *t, const char **why);
+
+/* Our receive ring, as we know it (private: never read from the peer). */
+struct wire_ring {
+	const uint8_t *mem;
+	uint32_t size;               /* a power of two */
+	uint64_t key;
+};
+
+/* A record as read once from the ring: use these, never the ring's header again. */
+struct wire_rec {
+	uint64_t pos;                /* where it starts */
+	uint64_t next;               /* where the next starts (PAD: the ring's end) */
+	uint32_t len, type;
+	const uint8_t *payload;      /* in the ring: the peer may still change it */
+};
+
+/* The header fields len and type of a record at ring offset off. */
+int wsd_wire_rec_check(uint32_t len, uint32_t type, uint64_t off, uint32_t ring_size,
+		       const char **why);
+/*
+ * The record at pos, for a receiver whose position is start (pos >= start):
+ * 1 with *r when it is complete and valid, 0 when it is not there (yet),
+ * -EPROTO when the peer broke the format.
+ */
+int wsd_wire_rec_at(const struct wire_ring *rg, uint64_t start, uint64_t pos,
+		    struct wire_rec *r, const char **why);
+/*
+ * The record walk every reader of the ring uses: from pos, past every
+ * record whose type is in skip (a mask of 1u << type), to the first other
+ * one.  1 with *r, 0 when the records end first (r->pos: where), or -EPROTO.
+ * It ends: each record takes 16 bytes at least and none ends more than a
+ * ring past start.
+ */
+int wsd_wire_walk(const struct wire_ring *rg, uint64_t start, uint64_t pos, uint32_t skip,
+		  struct wire_rec *r, const char **why);
+#define WIRE_SKIP(t) (1u << (t))
+
+/* A partly delivered record at the head (off bytes of it taken): still the same kind. */
+int wsd_wire_resume_check(uint32_t type, uint64_t len, uint64_t off, const char **why);
+/* SWITCH: N, with received bytes already taken from the stream. */
+int wsd_wire_switch_check(uint64_t n, uint64_t received, const char **why);
+/* ZC: the transfer's length. */
+int wsd_wire_zc_check(const struct wsd_zc *z, const char **why);
+/*
+ * WZC: an answer to one of our offers (the last is post_gen).  *deliver:
+ * the bytes to take, when it answers the offer still open (of room bytes
+ * at most), else 0.
+ */
+int wsd_wire_wzc_check(const struct wsd_wzc *w, uint64_t post_gen, bool open, uint64_t room,
+		       uint64_t *deliver, const char **why);
+/* BACK: the peer's bells on the stream, with its back_bells word and the bells we read. */
+int wsd_wire_back_check(uint64_t bells, uint64_t word, uint64_t bells_read, const char **why);
+/* An offer (CW_POST's block) of generation gen, for a sender at tx_pos. */
+int wsd_wire_post_check(const struct wsd_post *p, uint64_t gen, uint64_t tx_pos,
+			const char **why);
+
+/*
+ * A control word's new value v, after last (the value taken before): the
+ * positions and counts only grow and stay within bound (what we sent: our
+ * position, our ZC records, our last offer), flags stay in their range.
+ */
+int wsd_wire_word_check(int idx, uint64_t v, uint64_t last, uint64_t bound, const char **why);
+/*
+ * Read control word idx once: *v is its value when its check agrees, else
+ * the last value taken (*seen); 0, or -EPROTO when the value breaks
+ * wsd_wire_word_check (then *v is the last good one).
+ */
+int wsd_wire_word_get(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen,
+		      uint64_t bound, uint64_t *v, const char **why);
+
+#endif /* WSD_SWITCH_WIRE_H */
