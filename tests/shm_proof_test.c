@@ -218,6 +218,7 @@ static int client_and_attack(int attacker_drops)
 		return 4;
 	oob_sync(&me);
 	st = pair_finish(&me);
+	tside_close(&me);
 	if (st)
 		fprintf(stderr, "victim server: exit %d\n", st);
 	return st ? 5 : 0;
