@@ -32,7 +32,7 @@ typedef enum nd_status {
 	ND_NO_MORE_ENTRIES,     /* request queue full */
 	ND_CONNECTION_INVALID,  /* endpoint not connected */
 	ND_CONNECTION_REFUSED,  /* no listener, or the listener rejected */
-	ND_CONNECTION_ABORTED,  /* the peer went away during setup */
+	ND_CONNECTION_ABORTED,  /* the peer went away during setup, or broke the protocol */
 	ND_ACCESS_DENIED,       /* processes may not access each other's memory */
 	ND_ACCESS_VIOLATION,    /* memory access outside rights or registration */
 	ND_LOCAL_LENGTH,        /* local SGE runs past the end of its region */

@@ -1,34 +1,33 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shm connection setup.  A listener is an abstract unix socket named after
- * the port, so it is scoped to the network namespace.  The connector sends
- * HELLO with the shared memfd and its CQ doorbells; the acceptor answers
- * ACCEPT with its doorbells; the connector confirms with RTU.  Each side
- * first checks that it may read the other's memory (same uid, and a
- * one-byte process_vm_readv probe of a byte the peer names), so a pair that
- * could not ptrace each other is refused before any data moves.
+ * shm connections: the shared region and the connect/accept exchange.
+ * The listener and the mutual proof that comes before any of this are in
+ * listen.c and proof.c; the order of messages is in shm.h.
+ *
+ * The connector creates the region, a memfd it seals against growing and
+ * shrinking, so the mapper can trust its size; the listener maps it only
+ * in nd_ep_accept, after the proof, and only a size within the parameter
+ * table's limits.  Each side copies the layout into struct shm_conn.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/membarrier.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "provider/shm/shm.h"
 
-/* The byte a peer reads to prove it may read this process. */
-static volatile uint8_t probe_byte = 0x5a;
+#define SEALS (F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 
 static pthread_once_t features_once = PTHREAD_ONCE_INIT;
 static uint32_t features;
@@ -60,17 +59,6 @@ void shm_sleeper_barrier(const struct shm_conn *c)
 		atomic_thread_fence(memory_order_seq_cst);
 }
 
-struct shm_listener {
-	int fd;
-};
-
-struct shm_request {
-	int sock;
-	int memfd, in_efd, out_efd;
-	pid_t pid;
-	struct shm_ctl hello;
-};
-
 size_t shm_half_size(uint32_t ring_size, uint32_t nwindows)
 {
 	size_t hdr = sizeof(struct shm_half) + (size_t)nwindows * sizeof(struct shm_window);
@@ -79,21 +67,61 @@ size_t shm_half_size(uint32_t ring_size, uint32_t nwindows)
 	return hdr + ring_size;
 }
 
+int shm_layout_ok(uint32_t ring_size, uint32_t nwindows)
+{
+	return ring_size >= SHM_RING_MIN && ring_size <= SHM_RING_MAX &&
+	       !(ring_size & (ring_size - 1)) && nwindows >= 1 && nwindows <= SHM_WINDOWS_MAX;
+}
+
+/* The creator's memfd: sealed against resizing, and exactly the size we expect. */
+static int memfd_ok(int memfd, size_t len)
+{
+	struct stat st;
+	int seals = fcntl(memfd, F_GET_SEALS);
+
+	if (seals < 0 || (seals & SEALS) != SEALS)
+		return -EPROTO;
+	if (fstat(memfd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != len)
+		return -EPROTO;
+	return 0;
+}
+
+static void random_key(uint64_t *k)
+{
+	while (getrandom(k, sizeof(*k), 0) != sizeof(*k))
+		;
+}
+
 int shm_conn_map(struct shm_conn *c, int memfd, uint32_t ring_size, uint32_t nwindows,
 		 int side, int init)
 {
-	size_t half = shm_half_size(ring_size, nwindows);
+	size_t half, len;
 	struct shm_half *h[2];
+	int flags = MAP_SHARED, ret;
 
-	if (init && ftruncate(memfd, (off_t)(2 * half)) < 0)
-		return -errno;
-	/* populated now, so the first lap through the rings takes no page faults */
-	c->map = mmap(NULL, 2 * half, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
+	if (!shm_layout_ok(ring_size, nwindows))
+		return -EPROTO;
+	half = shm_half_size(ring_size, nwindows);
+	len = 2 * half;
+	if (init) {
+		if (ftruncate(memfd, (off_t)len) < 0 || fcntl(memfd, F_ADD_SEALS, SEALS) < 0)
+			return -errno;
+		/* populated now, so the first lap through the rings takes no page faults */
+		flags |= MAP_POPULATE;
+	} else {
+		ret = memfd_ok(memfd, len);
+		if (ret < 0)
+			return ret;
+		/* populate a peer-sized region only up to what we would ask for ourselves */
+		if (ring_size <= shm_ring_size_param() && nwindows <= shm_windows_param())
+			flags |= MAP_POPULATE;
+	}
+	c->map = mmap(NULL, len, PROT_READ | PROT_WRITE, flags, memfd, 0);
 	if (c->map == MAP_FAILED) {
 		c->map = NULL;
 		return -errno;
 	}
-	c->map_len = 2 * half;
+	c->map_len = len;
 	h[0] = c->map;
 	h[1] = (struct shm_half *)((uint8_t *)c->map + half);
 	if (init) {
@@ -101,23 +129,39 @@ int shm_conn_map(struct shm_conn *c, int memfd, uint32_t ring_size, uint32_t nwi
 			h[i]->ring_size = ring_size;
 			h[i]->nwindows = nwindows;
 			h[i]->ring_offset = half - ring_size;
-			while (getrandom(&h[i]->stamp_key, sizeof(h[i]->stamp_key), 0) !=
-			       sizeof(h[i]->stamp_key))
-				;
+			random_key(&h[i]->stamp_key);
 		}
 	} else {
-		/* Trust nothing the peer wrote into the layout. */
+		/* One look at what the peer wrote; from here on only our copy counts. */
 		for (int i = 0; i < 2; i++)
 			if (h[i]->ring_size != ring_size || h[i]->nwindows != nwindows ||
 			    h[i]->ring_offset != half - ring_size)
 				return -EPROTO;
 	}
+	c->ring_size = ring_size;
+	c->nwindows = nwindows;
+	c->ring_offset = half - ring_size;
 	c->tx = h[side];
 	c->rx = h[!side];
-	c->tx_ring = (uint8_t *)c->tx + (half - ring_size);
-	c->rx_ring = (uint8_t *)c->rx + (half - ring_size);
+	c->tx_key = c->tx->stamp_key;
+	c->rx_key = c->rx->stamp_key;
+	c->tx_head = c->tx_tail = c->rx_tail = 0;
+	c->tx_ring = (uint8_t *)c->tx + c->ring_offset;
+	c->rx_ring = (uint8_t *)c->rx + c->ring_offset;
 	c->mws = calloc(nwindows, sizeof(*c->mws));
 	return c->mws ? 0 : -ENOMEM;
+}
+
+/* Has the peer rewritten the layout?  That is a broken peer: the caller ends. */
+int shm_layout_intact(const struct shm_conn *c)
+{
+	const struct shm_half *h[2] = { c->tx, c->rx };
+
+	for (int i = 0; i < 2; i++)
+		if (h[i]->ring_size != c->ring_size || h[i]->nwindows != c->nwindows ||
+		    h[i]->ring_offset != c->ring_offset)
+			return 0;
+	return c->tx->stamp_key == c->tx_key && c->rx->stamp_key == c->rx_key;
 }
 
 void shm_conn_free(struct shm_conn *c)
@@ -146,25 +190,6 @@ static struct shm_conn *conn_new(void)
 		c->sock = c->pidfd = c->peer_in_efd = c->peer_out_efd = -1;
 	}
 	return c;
-}
-
-static int sock_name(const struct sockaddr *addr, socklen_t len, struct sockaddr_un *un,
-		     socklen_t *unlen)
-{
-	unsigned port;
-	int n;
-
-	if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
-		port = ntohs(((const struct sockaddr_in *)addr)->sin_port);
-	else if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
-		port = ntohs(((const struct sockaddr_in6 *)addr)->sin6_port);
-	else
-		return -EINVAL;
-	memset(un, 0, sizeof(*un));
-	un->sun_family = AF_UNIX;
-	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "wsd-nd.%u", port);
-	*unlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-	return 0;
 }
 
 /* shm serves only peers on this host: is addr one of its addresses? */
@@ -200,243 +225,6 @@ static int addr_is_local(const struct sockaddr *addr, socklen_t len)
 	return ok;
 }
 
-static int send_ctl(int sock, const struct shm_ctl *m, const int *fds, int nfds)
-{
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * 4)];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = (void *)m, .iov_len = sizeof(*m) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (nfds) {
-		struct cmsghdr *cm;
-
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	}
-	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(*m) ? 0 : -EPIPE;
-}
-
-static int wait_readable(int fd, int timeout_ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int ret;
-
-	do {
-		ret = poll(&p, 1, timeout_ms);
-	} while (ret < 0 && errno == EINTR);
-	if (ret < 0)
-		return -errno;
-	return ret ? 0 : -ETIMEDOUT;
-}
-
-/* Receive one control message and up to nfds descriptors (-1 where absent). */
-static int recv_ctl(int sock, struct shm_ctl *m, int *fds, int nfds, int timeout_ms)
-{
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * 4)];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = m, .iov_len = sizeof(*m) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	ssize_t n;
-	int ret;
-
-	for (int i = 0; i < nfds; i++)
-		fds[i] = -1;
-	ret = wait_readable(sock, timeout_ms);
-	if (ret < 0)
-		return ret;
-	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-			int got = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			int tmp[4];
-
-			memcpy(tmp, CMSG_DATA(cm), sizeof(int) * (size_t)(got > 4 ? 4 : got));
-			for (int i = 0; i < got && i < 4; i++) {
-				if (i < nfds)
-					fds[i] = tmp[i];
-				else
-					close(tmp[i]);
-			}
-		}
-	}
-	if (n == 0)
-		return -ECONNABORTED;
-	if (n < 0)
-		return -errno;
-	if (n != (ssize_t)sizeof(*m) || m->magic != SHM_MAGIC || m->version != SHM_VERSION ||
-	    m->plen > SHM_PRIV_MAX)
-		return -EPROTO;
-	return 0;
-}
-
-static void close_fds(int *fds, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-}
-
-/* May this process read the peer's memory, and the peer ours?  0 or -EACCES. */
-static int access_check(int sock, uint64_t probe_addr, pid_t *pid)
-{
-	struct ucred cr;
-	socklen_t len = sizeof(cr);
-	uint8_t b;
-	struct iovec l = { .iov_base = &b, .iov_len = 1 };
-	struct iovec r = { .iov_base = (void *)(uintptr_t)probe_addr, .iov_len = 1 };
-
-	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
-		return -errno;
-	*pid = cr.pid;
-	if (cr.uid != geteuid())
-		return -EACCES;
-	if (process_vm_readv(cr.pid, &l, 1, &r, 1, 0) != 1 || b != 0x5a)
-		return -EACCES;
-	return 0;
-}
-
-static int listen_op(struct nd_listener *l, void **priv, const struct sockaddr *addr,
-		     socklen_t len, int backlog)
-{
-	struct shm_listener *sl;
-	struct sockaddr_un un;
-	socklen_t unlen;
-	int ret = sock_name(addr, len, &un, &unlen);
-
-	if (ret < 0)
-		return ret;
-	sl = calloc(1, sizeof(*sl));
-	if (!sl)
-		return -ENOMEM;
-	sl->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (sl->fd < 0 || bind(sl->fd, (struct sockaddr *)&un, unlen) < 0 ||
-	    listen(sl->fd, backlog > 0 ? backlog : 16) < 0) {
-		ret = -errno;
-		if (sl->fd >= 0)
-			close(sl->fd);
-		free(sl);
-		return ret;
-	}
-	(void)l;
-	*priv = sl;
-	return 0;
-}
-
-static void listen_close_op(void *priv)
-{
-	struct shm_listener *sl = priv;
-
-	close(sl->fd);
-	free(sl);
-}
-
-static int listen_fd_op(void *priv)
-{
-	return ((struct shm_listener *)priv)->fd;
-}
-
-static void reject_sock(int sock, nd_status why)
-{
-	struct shm_ctl m = { .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_REJECT,
-			     .reason = why };
-
-	(void)send_ctl(sock, &m, NULL, 0);
-}
-
-
-static int remaining(int64_t deadline)
-{
-	int64_t left;
-
-	if (deadline < 0)
-		return -1;
-	left = deadline - wsd_now_ms();
-	return left > 0 ? (int)left : 0;
-}
-
-static int listen_get_op(struct nd_listener *l, void *priv, int timeout_ms,
-			 struct nd_conn_request *req)
-{
-	struct shm_listener *sl = priv;
-	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
-
-	for (;;) {
-		struct shm_request *r;
-		int fds[3], sock, ret;
-
-		ret = wait_readable(sl->fd, remaining(deadline));
-		if (ret < 0)
-			return ret;
-		sock = accept4(sl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (sock < 0) {
-			if (errno == EAGAIN || errno == ECONNABORTED || errno == EINTR)
-				continue;
-			return -errno;
-		}
-		(void)fcntl(sock, F_SETFL, 0);
-		r = calloc(1, sizeof(*r));
-		if (!r) {
-			close(sock);
-			return -ENOMEM;
-		}
-		/* A connector gets a short while to say hello; a silent one is dropped. */
-		ret = recv_ctl(sock, &r->hello, fds, 3, 5000);
-		if (ret == 0 && (r->hello.type != SHM_HELLO || fds[0] < 0 || fds[1] < 0 ||
-				 fds[2] < 0))
-			ret = -EPROTO;
-		if (ret == 0) {
-			ret = access_check(sock, r->hello.probe_addr, &r->pid);
-			if (ret < 0) {
-				pthread_mutex_lock(&l->ad->lock);
-				l->ad->refused_access++;
-				pthread_mutex_unlock(&l->ad->lock);
-				reject_sock(sock, ND_ACCESS_DENIED);
-			}
-		}
-		if (ret < 0) {
-			close_fds(fds, 3);
-			close(sock);
-			free(r);
-			continue;
-		}
-		r->sock = sock;
-		r->memfd = fds[0];
-		r->in_efd = fds[1];
-		r->out_efd = fds[2];
-		req->len = r->hello.plen;
-		memcpy(req->data, r->hello.priv, r->hello.plen);
-		req->tpriv = r;
-		return 0;
-	}
-}
-
-static void request_free(struct shm_request *r)
-{
-	int fds[] = { r->sock, r->memfd, r->in_efd, r->out_efd };
-
-	close_fds(fds, 4);
-	free(r);
-}
-
-static void request_reject_op(struct nd_conn_request *req)
-{
-	struct shm_request *r = req->tpriv;
-
-	reject_sock(r->sock, ND_CONNECTION_REFUSED);
-	request_free(r);
-}
-
 /* Lock taken here: the connection goes live and joins its CQs' sleep sets. */
 static nd_status conn_go_live(struct nd_ep *ep, struct shm_conn *c, const struct shm_ctl *m)
 {
@@ -462,20 +250,59 @@ static nd_status conn_go_live(struct nd_ep *ep, struct shm_conn *c, const struct
 	return ND_SUCCESS;
 }
 
-static uint32_t windows_param(void)
+uint32_t shm_windows_param(void)
 {
 	long w = wsd_param_long("WSD_SHM_WINDOWS");
 
-	return w > 0 && w <= 65536 ? (uint32_t)w : 256;
+	return w > 0 && w <= (long)SHM_WINDOWS_MAX ? (uint32_t)w : 256;
 }
 
-static uint32_t ring_size_param(void)
+uint32_t shm_ring_size_param(void)
 {
 	long v = wsd_param_long("WSD_SHM_RING_SIZE");
 
-	if (v < 4096 || v > (64l << 20) || (v & (v - 1)))
+	if (v < (long)SHM_RING_MIN || v > (long)SHM_RING_MAX || (v & (v - 1)))
 		v = 262144;
 	return (uint32_t)v;
+}
+
+static void count_refusal(struct nd_adapter *ad)
+{
+	pthread_mutex_lock(&ad->lock);
+	ad->refused_access++;
+	pthread_mutex_unlock(&ad->lock);
+}
+
+static nd_status setup_status(int err)
+{
+	switch (err) {
+	case -EACCES: return ND_ACCESS_DENIED;
+	case -ETIMEDOUT: return ND_TIMEOUT;
+	case -EPROTO: return ND_CONNECTION_ABORTED;
+	default: return ND_CONNECTION_REFUSED;
+	}
+}
+
+/*
+ * Reach the listener and prove both ways (proof.c) before anything of ours
+ * is handed over: a squatter on the name, of another user or unable to read
+ * us, gets at most our uid's refusal and a nonce's address.
+ */
+static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
+			       const struct sockaddr_un *un, socklen_t unlen, int timeout_ms)
+{
+	int ret;
+
+	if (connect(c->sock, (const struct sockaddr *)un, unlen) < 0)
+		/* nobody listens on shm here: maybe another transport reaches it */
+		return errno == ECONNREFUSED || errno == ENOENT ? ND_NOT_SUPPORTED :
+								  wsd_nd_from_errno(-errno);
+	ret = shm_peer_uid_ok(c->sock, &c->peer_pid);
+	if (ret == 0)
+		ret = shm_prove_connector(c->sock, c->peer_pid, timeout_ms);
+	if (ret == -EACCES)
+		count_refusal(ep->ad);
+	return ret < 0 ? setup_status(ret) : ND_SUCCESS;
 }
 
 static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, socklen_t len,
@@ -486,27 +313,33 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	struct sockaddr_un un;
 	socklen_t unlen;
 	struct shm_conn *c;
-	int memfd, fds[2], ret;
+	int memfd = -1, fds[2], ret;
 	nd_status st;
 
-	if (sock_name(addr, len, &un, &unlen) < 0)
+	if (shm_sock_name(addr, len, &un, &unlen) < 0)
 		return ND_INVALID_PARAMETER;
 	if (!addr_is_local(addr, len))
 		return ND_NOT_SUPPORTED;   /* another host: not ours to serve */
 	c = conn_new();
 	if (!c)
 		return ND_NO_MEMORY;
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->sock < 0) {
+		st = ND_INSUFFICIENT_RESOURCES;
+		goto fail;
+	}
+	st = connect_prove(ep, c, &un, unlen, timeout_ms);
+	if (st != ND_SUCCESS)
+		goto fail;
 	m.features = shm_features();
-	m.ring_size = ring_size_param();
-	m.nwindows = windows_param();
-	m.probe_addr = (uintptr_t)&probe_byte;
+	m.ring_size = shm_ring_size_param();
+	m.nwindows = shm_windows_param();
 	m.read_limit = ep->attr.inbound_read_limit;
 	m.plen = (uint32_t)plen;
 	if (plen)
 		memcpy(m.priv, priv, plen);
-	memfd = memfd_create("wsd-shm", MFD_CLOEXEC);
-	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (memfd < 0 || c->sock < 0) {
+	memfd = memfd_create("wsd-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (memfd < 0) {
 		st = ND_INSUFFICIENT_RESOURCES;
 		goto fail;
 	}
@@ -515,52 +348,37 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		st = wsd_nd_from_errno(ret);
 		goto fail;
 	}
-	if (connect(c->sock, (struct sockaddr *)&un, unlen) < 0) {
-		/* nobody listens on shm here: maybe another transport reaches it */
-		st = errno == ECONNREFUSED || errno == ENOENT ? ND_NOT_SUPPORTED :
-							       wsd_nd_from_errno(-errno);
-		goto fail;
-	}
 	{
 		int out[3] = { memfd, ep->attr.inbound_cq->efd, ep->attr.outbound_cq->efd };
 
-		if (send_ctl(c->sock, &m, out, 3) < 0) {
+		if (shm_send_ctl(c->sock, &m, out, 3) < 0) {
 			st = ND_CONNECTION_REFUSED;
 			goto fail;
 		}
 	}
-	ret = recv_ctl(c->sock, &m, fds, 2, remaining(deadline));
+	ret = shm_recv_ctl(c->sock, &m, fds, 2, shm_remaining(deadline));
 	if (ret < 0) {
 		st = ret == -ETIMEDOUT ? ND_TIMEOUT : ND_CONNECTION_REFUSED;
 		goto fail;
 	}
 	if (m.type == SHM_REJECT) {
-		close_fds(fds, 2);
-		st = m.reason == ND_ACCESS_DENIED ? ND_ACCESS_DENIED : ND_CONNECTION_REFUSED;
+		shm_close_fds(fds, 2);
+		st = ND_CONNECTION_REFUSED;
 		goto fail;
 	}
 	c->peer_in_efd = fds[0];
 	c->peer_out_efd = fds[1];
-	if (m.type != SHM_ACCEPT || fds[0] < 0 || fds[1] < 0) {
+	if (m.type != SHM_ACCEPT || fds[0] < 0 || fds[1] < 0 ||
+	    shm_check_eventfd(fds[0]) < 0 || shm_check_eventfd(fds[1]) < 0) {
+		shm_reject(c->sock, SHM_ABORT, ND_CONNECTION_ABORTED);
 		st = ND_CONNECTION_ABORTED;
-		goto fail;
-	}
-	if (access_check(c->sock, m.probe_addr, &c->peer_pid) < 0) {
-		struct shm_ctl a = { .magic = SHM_MAGIC, .version = SHM_VERSION,
-				     .type = SHM_ABORT, .reason = ND_ACCESS_DENIED };
-
-		(void)send_ctl(c->sock, &a, NULL, 0);
-		pthread_mutex_lock(&ep->ad->lock);
-		ep->ad->refused_access++;
-		pthread_mutex_unlock(&ep->ad->lock);
-		st = ND_ACCESS_DENIED;
 		goto fail;
 	}
 	{
 		struct shm_ctl rtu = { .magic = SHM_MAGIC, .version = SHM_VERSION,
 				       .type = SHM_RTU };
 
-		if (send_ctl(c->sock, &rtu, NULL, 0) < 0) {
+		if (shm_send_ctl(c->sock, &rtu, NULL, 0) < 0) {
 			st = ND_CONNECTION_ABORTED;
 			goto fail;
 		}
@@ -577,6 +395,7 @@ fail:
 	return st;
 }
 
+/* The request has passed the proof (listen.c); only now is its region mapped. */
 static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const void *priv,
 			   size_t plen, int timeout_ms)
 {
@@ -589,17 +408,12 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 
 	if (!c)
 		goto fail;
-	if (hello.nwindows > 65536 || hello.ring_size < 4096 || hello.ring_size > (64u << 20) ||
-	    (hello.ring_size & (hello.ring_size - 1))) {
-		st = ND_CONNECTION_ABORTED;
-		goto fail;
-	}
 	ret = shm_conn_map(c, r->memfd, hello.ring_size, hello.nwindows, 1, 0);
 	if (ret < 0) {
+		shm_reject(r->sock, SHM_REJECT, ND_CONNECTION_REFUSED);
 		st = ND_CONNECTION_ABORTED;
 		goto fail;
 	}
-	m.probe_addr = (uintptr_t)&probe_byte;
 	m.read_limit = ep->attr.inbound_read_limit;
 	m.features = shm_features();
 	m.plen = (uint32_t)plen;
@@ -608,16 +422,14 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 	{
 		int out[2] = { ep->attr.inbound_cq->efd, ep->attr.outbound_cq->efd };
 
-		if (send_ctl(r->sock, &m, out, 2) < 0) {
+		if (shm_send_ctl(r->sock, &m, out, 2) < 0) {
 			st = ND_CONNECTION_ABORTED;
 			goto fail;
 		}
 	}
-	ret = recv_ctl(r->sock, &m, NULL, 0, timeout_ms);
+	ret = shm_recv_ctl(r->sock, &m, NULL, 0, timeout_ms);
 	if (ret < 0 || m.type != SHM_RTU) {
-		st = ret == -ETIMEDOUT ? ND_TIMEOUT :
-		     (ret == 0 && m.type == SHM_ABORT && m.reason == ND_ACCESS_DENIED) ?
-		     ND_ACCESS_DENIED : ND_CONNECTION_ABORTED;
+		st = ret == -ETIMEDOUT ? ND_TIMEOUT : ND_CONNECTION_ABORTED;
 		goto fail;
 	}
 	c->sock = r->sock;
@@ -627,12 +439,12 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 	r->sock = r->in_efd = r->out_efd = -1;
 	st = conn_go_live(ep, c, &hello);
 	if (st == ND_SUCCESS) {
-		request_free(r);
+		shm_request_free(r);
 		return st;
 	}
 fail:
 	shm_conn_free(c);
-	request_free(r);
+	shm_request_free(r);
 	return st;
 }
 
@@ -658,7 +470,7 @@ static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
 {
 	*priv = NULL;
 	*caps = shm_caps;
-	caps->max_windows = windows_param();
+	caps->max_windows = shm_windows_param();
 	/* the membarrier registration takes milliseconds: pay it here, not per connect */
 	shm_features();
 	return 0;
@@ -691,11 +503,11 @@ const struct nd_transport wsd_transport_shm = {
 	.mw_create = wsd_tp_none,
 	.mw_destroy = wsd_tp_none_free,
 	.mw_token = mw_token_op,
-	.listen = listen_op,
-	.listen_close = listen_close_op,
-	.listen_fd = listen_fd_op,
-	.listen_get = listen_get_op,
-	.request_reject = request_reject_op,
+	.listen = shm_listen,
+	.listen_close = shm_listen_close,
+	.listen_fd = shm_listen_fd,
+	.listen_get = shm_listen_get,
+	.request_reject = shm_request_reject,
 	.connect = connect_op,
 	.accept = accept_op,
 	.disconnect = shm_disconnect,

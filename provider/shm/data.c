@@ -10,10 +10,18 @@
  * other side, after publishing, checks the flag and writes the sleeper's
  * eventfd.  Both sides put a full fence between the two steps, so one of
  * them always sees the other.
+ *
+ * The peer can write anything anywhere in the mapping at any time.  Sizes
+ * come from struct shm_conn only; positions we own are kept there too;
+ * each value the peer publishes (its head, our tail, a message header, a
+ * window entry, a failure verdict) passes one check_* function below
+ * before it is used, and a value no correct peer writes breaks the
+ * connection (broken(): ND_CONNECTION_ABORTED), never our memory.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -24,9 +32,9 @@
 #define MSG_ALIGN 32u   /* a header never straddles the end of the ring */
 #define HDR sizeof(struct shm_msg)
 
-static inline uint64_t stamp_of(const struct shm_half *h, uint64_t pos)
+static inline uint64_t stamp_of(uint64_t key, uint64_t pos)
 {
-	return (pos + 1) ^ h->stamp_key;
+	return (pos + 1) ^ key;
 }
 
 static inline struct shm_msg *slot_at(uint8_t *ring, uint32_t size, uint64_t pos)
@@ -97,11 +105,74 @@ static void wr_fail(struct nd_ep *ep, struct nd_wr *wr, nd_status st)
 	wsd_ep_terminate(ep);
 }
 
+static void push_recv(struct nd_ep *ep, nd_status st, uint64_t bytes, uint32_t flags);
+
+/*
+ * The peer broke the protocol.  The oldest unfinished request and a posted
+ * receive say so with ND_CONNECTION_ABORTED; the rest are flushed.
+ */
+static void broken(struct nd_ep *ep, struct shm_conn *c)
+{
+	if (ep->state != EP_CONNECTED)
+		return;
+	for (uint64_t i = ep->sq_done; i < ep->sq_tail; i++) {
+		struct nd_wr *wr = &ep->sq[i % ep->attr.outbound_entries];
+
+		if (!wr->executed) {
+			wr->status = ND_CONNECTION_ABORTED;
+			wr->executed = true;
+			break;
+		}
+	}
+	if (ep->rq_head != ep->rq_tail && !wsd_cq_full(ep->attr.inbound_cq))
+		push_recv(ep, ND_CONNECTION_ABORTED, 0, 0);
+	c->in_msg = 0;
+	wsd_ep_terminate(ep);
+}
+
+/* ---- checks on what the peer wrote ------------------------------------- */
+
+/*
+ * Our ring's tail, as the peer consumed it: between the last one it gave
+ * and our head.  0, or -EPROTO.
+ */
+static int check_tx_tail(struct shm_conn *c, uint64_t tail)
+{
+	if (tail - c->tx_tail > c->tx_head - c->tx_tail)
+		return -EPROTO;
+	c->tx_tail = tail;
+	return 0;
+}
+
+/* The peer's head while we stream a message out of its ring. */
+static int check_rx_head(const struct shm_conn *c, uint64_t head)
+{
+	return head - c->rx_tail <= c->ring_size ? 0 : -EPROTO;
+}
+
+/* A message header: a known op and flags, and a whole message fits the ring. */
+static int check_msg(const struct shm_conn *c, const struct shm_msg *m)
+{
+	if (m->op != ND_OP_SEND && m->op != ND_OP_SEND_INVALIDATE)
+		return -EPROTO;
+	if (m->flags & ~(SHM_MSG_SOLICIT | SHM_MSG_STREAM))
+		return -EPROTO;
+	if (!(m->flags & SHM_MSG_STREAM) && msg_pad(HDR + (uint64_t)m->len) > c->ring_size)
+		return -EPROTO;
+	return 0;
+}
+
+/* The verdict on one of our sends: we only ever write ND_REMOTE_ERROR there. */
+static int check_fail(uint32_t status)
+{
+	return status == 0 || status == ND_REMOTE_ERROR ? 0 : -EPROTO;
+}
+
 /* ---- windows ----------------------------------------------------------- */
 
 static int window_slot_free(struct shm_conn *c)
 {
-	for (uint32_t i = 0; i < c->tx->nwindows; i++)
+	for (uint32_t i = 0; i < c->nwindows; i++)
 		if (!c->mws[i])
 			return (int)i;
 	return -1;
@@ -127,32 +198,66 @@ struct win_snap {
 	struct shm_window *w;
 };
 
-/* Find a live window of the peer by token; 0 if found. */
+/* A window entry: known rights, and a range that does not wrap. */
+static int check_window(const struct win_snap *s)
+{
+	if (s->access & ~(uint32_t)(ND_OP_FLAG_ALLOW_READ | ND_OP_FLAG_ALLOW_WRITE))
+		return -EPROTO;
+	return s->length <= UINT64_MAX - s->base ? 0 : -EPROTO;
+}
+
+/*
+ * A consistent copy of an entry.  Its owner holds seq odd for a few stores;
+ * one held odd (or changing) for WINDOW_TORN_MS is a broken peer, not a
+ * busy one, and must not keep us here.
+ */
+#define WINDOW_TORN_MS 200
+
+static int window_snap(struct shm_window *w, struct win_snap *s)
+{
+	int64_t give_up = -1;
+
+	for (unsigned spins = 0;; spins++) {
+		s->seq = atomic_load_explicit(&w->seq, memory_order_acquire);
+		s->token = w->token;
+		s->base = w->base;
+		s->length = w->length;
+		s->access = w->access;
+		atomic_thread_fence(memory_order_acquire);
+		if (!(s->seq & 1) && s->seq == atomic_load_explicit(&w->seq, memory_order_relaxed))
+			return 0;
+		if (spins < 64)
+			continue;
+		if (give_up < 0)
+			give_up = wsd_now_ms() + WINDOW_TORN_MS;
+		else if (wsd_now_ms() > give_up)
+			return -EPROTO;
+		sched_yield();
+	}
+}
+
+/* Find a live window of the peer by token: 0 if found, -ENOENT, or -EPROTO. */
 static int window_find(struct shm_conn *c, uint64_t token, struct win_snap *out)
 {
-	uint32_t n = c->rx->nwindows;
+	uint32_t n = c->nwindows;
 
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t i = (c->last_slot + k) % n;
 		struct shm_window *w = &c->rx->windows[i];
 		struct win_snap s;
 
-		do {
-			s.seq = atomic_load_explicit(&w->seq, memory_order_acquire);
-			s.token = w->token;
-			s.base = w->base;
-			s.length = w->length;
-			s.access = w->access;
-			atomic_thread_fence(memory_order_acquire);
-		} while ((s.seq & 1) || s.seq != atomic_load_explicit(&w->seq, memory_order_relaxed));
+		if (window_snap(w, &s) < 0)
+			return -EPROTO;
 		if (s.access && s.token == token) {
+			if (check_window(&s) < 0)
+				return -EPROTO;
 			s.w = w;
 			*out = s;
 			c->last_slot = i;
 			return 0;
 		}
 	}
-	return -1;
+	return -ENOENT;
 }
 
 nd_status shm_remote_check(struct nd_ep *ep, uint64_t addr, uint64_t len, uint64_t token,
@@ -162,7 +267,7 @@ nd_status shm_remote_check(struct nd_ep *ep, uint64_t addr, uint64_t len, uint64
 
 	(void)access;
 	if (window_find(ep->tpriv, token, &s) < 0)
-		return ND_SUCCESS;   /* dead window: the request fails when it runs */
+		return ND_SUCCESS;   /* dead or broken window: the request fails when it runs */
 	if (addr < s.base || addr - s.base > s.length || len > s.length - (addr - s.base))
 		return ND_REMOTE_ERROR;
 	return ND_SUCCESS;
@@ -204,7 +309,15 @@ static void exec_rdma(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 		return wr_fail(ep, wr, st);
 	if (wr->op == ND_OP_READ && !c->peer_read_limit)
 		return wr_fail(ep, wr, ND_INVALID_REQUEST);   /* the peer takes no reads */
-	if (window_find(c, wr->remote_token, &s) < 0 || !(s.access & need))
+	switch (window_find(c, wr->remote_token, &s)) {
+	case 0:
+		break;
+	case -ENOENT:
+		return wr_fail(ep, wr, ND_ACCESS_VIOLATION);
+	default:
+		return broken(ep, c);
+	}
+	if (!(s.access & need))
 		return wr_fail(ep, wr, ND_ACCESS_VIOLATION);
 	if (wr->remote_addr < s.base || wr->remote_addr - s.base > s.length ||
 	    wr->length > s.length - (wr->remote_addr - s.base))
@@ -253,14 +366,34 @@ static void exec_rdma(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 	wr->executed = true;
 }
 
-/* Put as much of a send into the ring as fits.  1 when all of it is in. */
+/* Our tail as the peer left it, checked; -1 when that broke the connection. */
+static int sync_tx_tail(struct nd_ep *ep, struct shm_conn *c)
+{
+	if (check_tx_tail(c, atomic_load_explicit(&c->tx->tail, memory_order_acquire)) < 0) {
+		broken(ep, c);
+		return -1;
+	}
+	return 0;
+}
+
+/* Publish our head: the private copy is the one we go on from. */
+static void publish_head(struct shm_conn *c, uint64_t head, memory_order mo)
+{
+	c->tx_head = head;
+	atomic_store_explicit(&c->tx->head, head, mo);
+}
+
+/* Put as much of a send into the ring as fits.  1 when all of it is in (or it failed). */
 static int exec_send(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 {
 	struct shm_half *h = c->tx;
-	uint32_t size = h->ring_size;
-	uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
-	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
-	uint64_t space = size - (head - tail), n;
+	uint32_t size = c->ring_size;
+	uint64_t head = c->tx_head, tail, space, n;
+
+	if (sync_tx_tail(ep, c) < 0)
+		return 1;
+	tail = c->tx_tail;
+	space = size - (head - tail);
 
 	if (!wr->started) {
 		uint64_t total = msg_pad(HDR + wr->length);
@@ -284,14 +417,16 @@ static int exec_send(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 			ring_copy(c->tx_ring, size, head + HDR, wr->sgl, wr->nsge, 0, wr->length, 1);
 			wr->done = wr->length;
 			wr->ring_end = head + total;
-			atomic_store_explicit(&m->stamp, stamp_of(h, head), memory_order_release);
+			c->tx_head = head + total;
+			atomic_store_explicit(&m->stamp, stamp_of(c->tx_key, head),
+					      memory_order_release);
 			atomic_store_explicit(&h->head, head + total, memory_order_relaxed);
 			ring_bell(c, &h->cons_armed, c->peer_in_efd);
 			return 1;
 		}
 		m->flags |= SHM_MSG_STREAM;
-		atomic_store_explicit(&h->head, head + HDR, memory_order_relaxed);
-		atomic_store_explicit(&m->stamp, stamp_of(h, head), memory_order_release);
+		publish_head(c, head + HDR, memory_order_relaxed);
+		atomic_store_explicit(&m->stamp, stamp_of(c->tx_key, head), memory_order_release);
 		head += HDR;
 		space -= HDR;
 	}
@@ -308,14 +443,14 @@ static int exec_send(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 
 		if (end - tail > size) {
 			/* room for the data but not yet for the padding */
-			atomic_store_explicit(&h->head, head, memory_order_release);
+			publish_head(c, head, memory_order_release);
 			ring_bell(c, &h->cons_armed, c->peer_in_efd);
 			return 0;
 		}
 		head = end;
 		wr->ring_end = end;
 	}
-	atomic_store_explicit(&h->head, head, memory_order_release);
+	publish_head(c, head, memory_order_release);
 	ring_bell(c, &h->cons_armed, c->peer_in_efd);
 	return wr->done == wr->length;
 }
@@ -372,9 +507,15 @@ static void run_outbound(struct nd_ep *ep, struct shm_conn *c)
 /* Sends the peer has consumed are done; the peer's verdict decides how. */
 static void reap_sends(struct nd_ep *ep, struct shm_conn *c)
 {
-	uint64_t tail = atomic_load_explicit(&c->tx->tail, memory_order_acquire);
 	uint32_t fail = atomic_load_explicit(&c->tx->fail_status, memory_order_acquire);
 	uint64_t fail_pos = atomic_load_explicit(&c->tx->fail_pos, memory_order_relaxed);
+	uint64_t tail;
+
+	if (ep->state != EP_CONNECTED)
+		return;
+	if (check_fail(fail) < 0 || sync_tx_tail(ep, c) < 0)
+		return broken(ep, c);
+	tail = c->tx_tail;
 
 	for (uint64_t i = ep->sq_done; i < ep->sq_exec; i++) {
 		struct nd_wr *wr = &ep->sq[i % ep->attr.outbound_entries];
@@ -417,7 +558,7 @@ static int rx_invalidate(struct nd_ep *ep, struct shm_conn *c)
 {
 	struct nd_result r = { .op = ND_OP_REMOTE_INVALIDATE };
 
-	for (uint32_t i = 0; i < c->tx->nwindows; i++) {
+	for (uint32_t i = 0; i < c->nwindows; i++) {
 		struct nd_mw *mw = c->mws[i];
 
 		if (mw && mw->desc.token == c->cur.token) {
@@ -436,16 +577,16 @@ static int rx_invalidate(struct nd_ep *ep, struct shm_conn *c)
 /* Is a message header waiting at the consumer's position? */
 static int rx_stamped(struct shm_conn *c, uint64_t tail)
 {
-	struct shm_msg *m = slot_at(c->rx_ring, c->rx->ring_size, tail);
+	struct shm_msg *m = slot_at(c->rx_ring, c->ring_size, tail);
 
-	return atomic_load_explicit(&m->stamp, memory_order_acquire) == stamp_of(c->rx, tail);
+	return atomic_load_explicit(&m->stamp, memory_order_acquire) == stamp_of(c->rx_key, tail);
 }
 
 static void run_inbound(struct nd_ep *ep, struct shm_conn *c)
 {
 	struct shm_half *h = c->rx;
-	uint32_t size = h->ring_size;
-	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
+	uint32_t size = c->ring_size;
+	uint64_t tail = c->rx_tail;
 	uint64_t start_tail = tail;
 
 	while (ep->state == EP_CONNECTED) {
@@ -463,19 +604,21 @@ static void run_inbound(struct nd_ep *ep, struct shm_conn *c)
 			if (ep->rq_head == ep->rq_tail ||
 			    ep->attr.inbound_cq->depth - ep->attr.inbound_cq->count < 2)
 				break;
+			/* one copy of the header: the peer may rewrite it meanwhile */
 			c->cur.len = m->len;
 			c->cur.op = m->op;
 			c->cur.flags = m->flags;
 			c->cur.token = m->token;
 			c->cur_start = tail;
 			c->cur_done = 0;
+			if (check_msg(c, &c->cur) < 0) {
+				broken(ep, c);
+				break;
+			}
 			rw = &ep->rq[ep->rq_head % ep->attr.inbound_entries];
 			st = wsd_sgl_check(rw->sgl, rw->nsge, ND_MR_FLAG_ALLOW_LOCAL_WRITE);
 			if (st == ND_SUCCESS && c->cur.len > rw->length)
 				st = ND_BUFFER_OVERFLOW;
-			if (st == ND_SUCCESS && c->cur.op != ND_OP_SEND &&
-			    c->cur.op != ND_OP_SEND_INVALIDATE)
-				st = ND_INVALID_REQUEST;
 			if (st != ND_SUCCESS) {
 				push_recv(ep, st, 0, 0);
 				rx_fail(ep, c, ND_REMOTE_ERROR);
@@ -491,6 +634,11 @@ static void run_inbound(struct nd_ep *ep, struct shm_conn *c)
 			/* streamed: only what the producer has published so far */
 			uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
 
+			c->rx_tail = tail;
+			if (check_rx_head(c, head) < 0) {
+				broken(ep, c);
+				break;
+			}
 			avail = head - tail;
 			if (n > avail)
 				n = avail;
@@ -518,6 +666,7 @@ static void run_inbound(struct nd_ep *ep, struct shm_conn *c)
 		}
 		push_recv(ep, ND_SUCCESS, c->cur.len, fl);
 	}
+	c->rx_tail = tail;
 	if (tail != start_tail) {
 		atomic_store_explicit(&h->tail, tail, memory_order_release);
 		ring_bell(c, &h->prod_armed, c->peer_out_efd);
@@ -530,6 +679,8 @@ void shm_progress(struct nd_ep *ep)
 
 	if (ep->state != EP_CONNECTED)
 		return;
+	if (!shm_layout_intact(c))
+		return broken(ep, c);
 	if (atomic_load_explicit(&c->rx->closed, memory_order_acquire)) {
 		/* Take what the peer sent before it left, then end. */
 		run_inbound(ep, c);
@@ -553,6 +704,7 @@ static int peer_vanished(struct shm_conn *c)
 }
 
 /* Could outbound progress be made now?  (The peer consumed, failed, or made room.) */
+/* A hint only: a bad value the peer wrote here makes progress run and find it. */
 static int outbound_ready(struct nd_ep *ep, struct shm_conn *c)
 {
 	uint64_t tail = atomic_load(&c->tx->tail);
@@ -566,7 +718,7 @@ static int outbound_ready(struct nd_ep *ep, struct shm_conn *c)
 			return tail >= wr->ring_end;
 	}
 	if (ep->sq_exec < ep->sq_tail && !ep->sq[ep->sq_exec % ep->attr.outbound_entries].deferred)
-		return atomic_load(&c->tx->head) - tail + HDR + MSG_ALIGN <= c->tx->ring_size;
+		return c->tx_head - tail + HDR + MSG_ALIGN <= c->ring_size;
 	return 0;
 }
 
@@ -577,6 +729,10 @@ int shm_arm(struct nd_ep *ep, struct nd_cq *cq)
 
 	if (ep->state != EP_CONNECTED)
 		return 0;
+	if (!shm_layout_intact(c)) {
+		broken(ep, c);
+		return 1;
+	}
 	if (peer_vanished(c)) {
 		/* settle what the peer took before it went */
 		run_inbound(ep, c);
@@ -592,8 +748,7 @@ int shm_arm(struct nd_ep *ep, struct nd_cq *cq)
 	if (atomic_load(&c->rx->closed))
 		busy = 1;
 	if (ep->attr.inbound_cq == cq && ep->rq_head != ep->rq_tail &&
-	    (c->in_msg ? atomic_load(&c->rx->head) != atomic_load(&c->rx->tail) :
-			 rx_stamped(c, atomic_load(&c->rx->tail))))
+	    (c->in_msg ? atomic_load(&c->rx->head) != c->rx_tail : rx_stamped(c, c->rx_tail)))
 		busy = 1;
 	if (ep->attr.outbound_cq == cq && !busy)
 		busy = outbound_ready(ep, c);
@@ -606,7 +761,7 @@ void shm_disconnect(struct nd_ep *ep)
 
 	if (!c)
 		return;
-	for (uint32_t i = 0; i < c->tx->nwindows; i++)
+	for (uint32_t i = 0; i < c->nwindows; i++)
 		if (c->mws[i])
 			mw_revoke(c, c->mws[i]);
 	atomic_store_explicit(&c->tx->closed, 1, memory_order_release);

@@ -13,12 +13,22 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include "provider/internal.h"
 
 #define SHM_MAGIC 0x5753444eu  /* "WSDN" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2          /* 2: mutual proof before HELLO, sealed memfd */
 #define SHM_PRIV_MAX 200
+#define SHM_NONCE 16
+
+/*
+ * What a connector may ask the listener to map: the limits of
+ * WSD_SHM_RING_SIZE and WSD_SHM_WINDOWS in the parameter table.
+ */
+#define SHM_RING_MIN 4096u
+#define SHM_RING_MAX (64u << 20)
+#define SHM_WINDOWS_MAX 65536u
 
 /* A window as its owner publishes it.  seq is odd while being changed. */
 struct shm_window {
@@ -38,6 +48,11 @@ struct shm_half {
 	_Atomic uint32_t closed;             /* owner ended the connection */
 	_Atomic uint32_t fail_status;        /* consumer: message at fail_pos failed */
 	_Atomic uint64_t fail_pos;
+	/*
+	 * Layout, written once by the creator.  Each side copies it into
+	 * struct shm_conn at map time and uses only that copy; these stay
+	 * here so a change by the peer can be noticed (shm_layout_intact).
+	 */
 	uint32_t ring_size;
 	uint32_t nwindows;
 	uint64_t ring_offset;                /* from the start of the half */
@@ -68,12 +83,30 @@ struct shm_msg {
 
 #define SHM_FEAT_MEMBARRIER 0x1u   /* registered for global expedited membarrier */
 
+/*
+ * Set-up, connector C and listener L, on L's abstract unix socket:
+ *   C checks SO_PEERCRED (our uid), L checks SO_PEERCRED (our uid)
+ *   C -> L  PROVE      probe_addr: where C's nonce lies in C's memory
+ *   L -> C  PROVE_ACK  nonce: C's nonce as L read it; probe_addr: L's nonce
+ *   C -> L  ECHO       nonce: L's nonce as C read it
+ *   L -> C  PROVED
+ *   C -> L  HELLO      + memfd (sealed) and C's two CQ eventfds
+ *   L -> C  ACCEPT     + L's two CQ eventfds      (or REJECT)
+ *   C -> L  RTU                                  (or ABORT)
+ * Either side may answer REJECT (reason ND_ACCESS_DENIED when a check
+ * failed) instead of the next step.  No descriptor moves and nothing is
+ * mapped before PROVED.
+ */
 enum shm_ctl_type {
 	SHM_HELLO = 1,
 	SHM_ACCEPT,
 	SHM_REJECT,
 	SHM_RTU,
 	SHM_ABORT,
+	SHM_PROVE,
+	SHM_PROVE_ACK,
+	SHM_ECHO,
+	SHM_PROVED,
 };
 
 /* Control messages on the connection's unix socket. */
@@ -88,9 +121,15 @@ struct shm_ctl {
 	uint32_t reason;                     /* nd_status for REJECT */
 	uint32_t features;                   /* SHM_FEAT_* */
 	uint32_t plen;
+	uint8_t nonce[SHM_NONCE];
 	uint8_t priv[SHM_PRIV_MAX];
 };
 
+/*
+ * Everything here is private.  The peer can write the whole mapping at any
+ * time, so a value read from it is checked against these fields before use
+ * (data.c), and positions we own are kept here, not read back.
+ */
 struct shm_conn {
 	int sock;                            /* liveness; EOF when the peer dies */
 	int pidfd;
@@ -100,6 +139,14 @@ struct shm_conn {
 	struct shm_half *tx;                 /* mine: I produce, I own its windows */
 	struct shm_half *rx;                 /* the peer's */
 	uint8_t *tx_ring, *rx_ring;
+	/* the layout, copied at map time */
+	uint32_t ring_size;
+	uint32_t nwindows;
+	uint64_t ring_offset;
+	uint64_t tx_key, rx_key;
+	/* positions: tx_head is ours; tx_tail the last valid one the peer gave */
+	uint64_t tx_head, tx_tail;
+	uint64_t rx_tail;                    /* ours */
 	int peer_in_efd, peer_out_efd;       /* the peer's CQ doorbells */
 	uint32_t peer_read_limit;
 	int fast_bell;                       /* both sides use membarrier */
@@ -114,9 +161,51 @@ struct shm_conn {
 
 /* conn.c */
 WSD_HIDDEN size_t shm_half_size(uint32_t ring_size, uint32_t nwindows);
+WSD_HIDDEN int shm_layout_ok(uint32_t ring_size, uint32_t nwindows);
 WSD_HIDDEN void shm_conn_free(struct shm_conn *c);
 WSD_HIDDEN int shm_conn_map(struct shm_conn *c, int memfd, uint32_t ring_size,
 			    uint32_t nwindows, int side, int init);
+WSD_HIDDEN uint32_t shm_windows_param(void);
+WSD_HIDDEN uint32_t shm_ring_size_param(void);
+
+/* ctl.c: control messages on the unix socket */
+WSD_HIDDEN int shm_send_ctl(int sock, const struct shm_ctl *m, const int *fds, int nfds);
+WSD_HIDDEN int shm_recv_ctl(int sock, struct shm_ctl *m, int *fds, int nfds, int timeout_ms);
+WSD_HIDDEN int shm_wait_readable(int fd, int timeout_ms);
+WSD_HIDDEN void shm_close_fds(int *fds, int n);
+WSD_HIDDEN void shm_reject(int sock, uint16_t type, nd_status why);
+WSD_HIDDEN int shm_remaining(int64_t deadline);
+
+/* proof.c: each side shows it may read the other's memory */
+struct shm_nonce {
+	uint8_t *page;                       /* a page of its own, at a random address */
+	uint8_t *at;                         /* the nonce in it */
+};
+WSD_HIDDEN int shm_peer_uid_ok(int sock, pid_t *pid);
+WSD_HIDDEN int shm_nonce_new(struct shm_nonce *n);
+WSD_HIDDEN void shm_nonce_free(struct shm_nonce *n);
+WSD_HIDDEN int shm_nonce_read(pid_t pid, uint64_t addr, uint8_t out[SHM_NONCE]);
+WSD_HIDDEN int shm_nonce_match(const struct shm_nonce *n, const uint8_t echo[SHM_NONCE]);
+WSD_HIDDEN int shm_prove_connector(int sock, pid_t pid, int timeout_ms);
+WSD_HIDDEN int shm_check_eventfd(int fd);
+
+/* listen.c: the registry socket and the requests proving themselves on it */
+struct shm_request {
+	int sock;
+	int memfd, in_efd, out_efd;
+	pid_t pid;
+	struct shm_ctl hello;
+};
+WSD_HIDDEN int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
+			  socklen_t len, int backlog);
+WSD_HIDDEN void shm_listen_close(void *priv);
+WSD_HIDDEN int shm_listen_fd(void *priv);
+WSD_HIDDEN int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
+			      struct nd_conn_request *req);
+WSD_HIDDEN void shm_request_reject(struct nd_conn_request *req);
+WSD_HIDDEN void shm_request_free(struct shm_request *r);
+WSD_HIDDEN int shm_sock_name(const struct sockaddr *addr, socklen_t len,
+			     struct sockaddr_un *un, socklen_t *unlen);
 
 /* conn.c: the sleeper's half of the doorbell protocol */
 WSD_HIDDEN uint32_t shm_features(void);
@@ -128,6 +217,7 @@ WSD_HIDDEN int shm_arm(struct nd_ep *ep, struct nd_cq *cq);
 WSD_HIDDEN void shm_disconnect(struct nd_ep *ep);
 WSD_HIDDEN int shm_mw_publish(struct nd_ep *ep, struct nd_mw *mw);
 WSD_HIDDEN void shm_mw_revoke(struct nd_ep *ep, struct nd_mw *mw);
+WSD_HIDDEN int shm_layout_intact(const struct shm_conn *c);
 WSD_HIDDEN nd_status shm_remote_check(struct nd_ep *ep, uint64_t addr, uint64_t len,
 				      uint64_t token, uint32_t access);
 

@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm listener: the abstract unix socket "\0wsd-nd.PORT", scoped to the
+ * network namespace, and the connections on it still proving themselves.
+ *
+ * A connection is accepted at once and its uid checked (SO_PEERCRED)
+ * before we send it anything.  It then walks the proof of proof.c, one
+ * non-blocking step per message, with a deadline of SHM_PROOF_MS from its
+ * accept; at most PENDING_MAX walk at a time.  So a silent or slow
+ * connector costs others nothing but a slot for a second, and nothing is
+ * mapped for anyone here: a request reaches the application only after
+ * the proof, with its memfd unmapped until nd_ep_accept.
+ *
+ * The listener's pollable fd is an epoll set holding the socket and every
+ * pending connection, so a waiter wakes for either.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "provider/shm/shm.h"
+
+#define SHM_PROOF_MS 1000     /* from accept to a complete HELLO */
+#define PENDING_MAX 16
+
+enum pstate { P_PROVE, P_ECHO, P_HELLO };
+
+struct pending {
+	int sock;
+	pid_t pid;
+	enum pstate state;
+	int64_t deadline;
+	struct shm_nonce nonce;
+};
+
+struct shm_listener {
+	int fd;
+	int epfd;
+	bool fd_watched;             /* the socket is in epfd (not while full) */
+	int npending;
+	struct pending *p[PENDING_MAX];
+};
+
+int shm_sock_name(const struct sockaddr *addr, socklen_t len, struct sockaddr_un *un,
+		  socklen_t *unlen)
+{
+	unsigned port;
+	int n;
+
+	if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
+		port = ntohs(((const struct sockaddr_in *)addr)->sin_port);
+	else if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
+		port = ntohs(((const struct sockaddr_in6 *)addr)->sin6_port);
+	else
+		return -EINVAL;
+	memset(un, 0, sizeof(*un));
+	un->sun_family = AF_UNIX;
+	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "wsd-nd.%u", port);
+	*unlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+	return 0;
+}
+
+int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
+	       socklen_t len, int backlog)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct shm_listener *sl;
+	struct sockaddr_un un;
+	socklen_t unlen;
+	int ret = shm_sock_name(addr, len, &un, &unlen);
+
+	(void)l;
+	if (ret < 0)
+		return ret;
+	sl = calloc(1, sizeof(*sl));
+	if (!sl)
+		return -ENOMEM;
+	sl->epfd = epoll_create1(EPOLL_CLOEXEC);
+	sl->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	ev.data.ptr = sl;
+	if (sl->epfd < 0 || sl->fd < 0 || bind(sl->fd, (struct sockaddr *)&un, unlen) < 0 ||
+	    listen(sl->fd, backlog > 0 ? backlog : 16) < 0 ||
+	    epoll_ctl(sl->epfd, EPOLL_CTL_ADD, sl->fd, &ev) < 0) {
+		ret = -errno;
+		if (sl->fd >= 0)
+			close(sl->fd);
+		if (sl->epfd >= 0)
+			close(sl->epfd);
+		free(sl);
+		return ret;
+	}
+	sl->fd_watched = true;
+	*priv = sl;
+	return 0;
+}
+
+/* Remove pending i (its socket already closed or handed on); a slot is free again. */
+static void pending_remove(struct shm_listener *sl, int i)
+{
+	shm_nonce_free(&sl->p[i]->nonce);
+	free(sl->p[i]);
+	sl->p[i] = sl->p[--sl->npending];
+	sl->p[sl->npending] = NULL;
+	if (!sl->fd_watched) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = sl };
+
+		sl->fd_watched = epoll_ctl(sl->epfd, EPOLL_CTL_ADD, sl->fd, &ev) == 0;
+	}
+}
+
+static void pending_drop(struct shm_listener *sl, int i)
+{
+	/* closing the socket takes it out of the epoll set */
+	close(sl->p[i]->sock);
+	pending_remove(sl, i);
+}
+
+void shm_listen_close(void *priv)
+{
+	struct shm_listener *sl = priv;
+
+	while (sl->npending)
+		pending_drop(sl, 0);
+	close(sl->fd);
+	close(sl->epfd);
+	free(sl);
+}
+
+int shm_listen_fd(void *priv)
+{
+	return ((struct shm_listener *)priv)->epfd;
+}
+
+static void count_refusal(struct nd_listener *l)
+{
+	pthread_mutex_lock(&l->ad->lock);
+	l->ad->refused_access++;
+	pthread_mutex_unlock(&l->ad->lock);
+}
+
+/* Take new connections while there is room; check each one's uid first. */
+static void take_new(struct nd_listener *l, struct shm_listener *sl)
+{
+	while (sl->npending < PENDING_MAX) {
+		struct epoll_event ev = { .events = EPOLLIN };
+		struct pending *p;
+		pid_t pid;
+		int sock = accept4(sl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		if (sock < 0)
+			return;   /* EAGAIN, or a connector gone already */
+		if (shm_peer_uid_ok(sock, &pid) < 0) {
+			count_refusal(l);
+			shm_reject(sock, SHM_REJECT, ND_ACCESS_DENIED);
+			close(sock);
+			continue;
+		}
+		p = calloc(1, sizeof(*p));
+		ev.data.ptr = p;
+		if (!p || epoll_ctl(sl->epfd, EPOLL_CTL_ADD, sock, &ev) < 0) {
+			free(p);
+			close(sock);
+			continue;
+		}
+		p->sock = sock;
+		p->pid = pid;
+		p->state = P_PROVE;
+		p->deadline = wsd_now_ms() + SHM_PROOF_MS;
+		sl->p[sl->npending++] = p;
+	}
+	/* full: leave the rest in the backlog until a slot frees */
+	if (sl->fd_watched && epoll_ctl(sl->epfd, EPOLL_CTL_DEL, sl->fd, NULL) == 0)
+		sl->fd_watched = false;
+}
+
+static bool hello_ok(const struct shm_ctl *m, const int *fds)
+{
+	return fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0 &&
+	       shm_layout_ok(m->ring_size, m->nwindows) &&
+	       shm_check_eventfd(fds[1]) == 0 && shm_check_eventfd(fds[2]) == 0;
+}
+
+/*
+ * One step of a pending connection's proof, on a message that may be
+ * there.  0: keep waiting; 1: a complete request in *r; -errno: drop it.
+ */
+static int pending_step(struct nd_listener *l, struct pending *p, struct shm_request *r)
+{
+	struct shm_ctl m;
+	int fds[3] = { -1, -1, -1 };
+	int ret = shm_recv_ctl(p->sock, &m, fds, p->state == P_HELLO ? 3 : 0, 0);
+
+	if (ret == -ETIMEDOUT)
+		return 0;
+	if (ret < 0)
+		return ret;
+	switch (p->state) {
+	case P_PROVE: {
+		uint8_t theirs[SHM_NONCE];
+
+		if (m.type != SHM_PROVE)
+			return -EPROTO;
+		if (shm_nonce_read(p->pid, m.probe_addr, theirs) < 0 ||
+		    shm_nonce_new(&p->nonce) < 0) {
+			count_refusal(l);
+			shm_reject(p->sock, SHM_REJECT, ND_ACCESS_DENIED);
+			return -EACCES;
+		}
+		m = (struct shm_ctl){ .magic = SHM_MAGIC, .version = SHM_VERSION,
+				      .type = SHM_PROVE_ACK,
+				      .probe_addr = (uintptr_t)p->nonce.at };
+		memcpy(m.nonce, theirs, SHM_NONCE);
+		p->state = P_ECHO;
+		return shm_send_ctl(p->sock, &m, NULL, 0);
+	}
+	case P_ECHO:
+		if (m.type != SHM_ECHO || !shm_nonce_match(&p->nonce, m.nonce)) {
+			if (m.type == SHM_ECHO)
+				count_refusal(l);
+			shm_reject(p->sock, SHM_REJECT, ND_ACCESS_DENIED);
+			return -EACCES;
+		}
+		shm_nonce_free(&p->nonce);
+		m = (struct shm_ctl){ .magic = SHM_MAGIC, .version = SHM_VERSION,
+				      .type = SHM_PROVED };
+		p->state = P_HELLO;
+		return shm_send_ctl(p->sock, &m, NULL, 0);
+	case P_HELLO:
+		if (m.type != SHM_HELLO || !hello_ok(&m, fds)) {
+			shm_close_fds(fds, 3);
+			shm_reject(p->sock, SHM_REJECT, ND_CONNECTION_REFUSED);
+			return -EPROTO;
+		}
+		/* blocking from here: accept and reject run their own timeouts */
+		(void)fcntl(p->sock, F_SETFL, 0);
+		r->sock = p->sock;
+		r->pid = p->pid;
+		r->memfd = fds[0];
+		r->in_efd = fds[1];
+		r->out_efd = fds[2];
+		r->hello = m;
+		return 1;
+	}
+	return -EPROTO;
+}
+
+int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
+		   struct nd_conn_request *req)
+{
+	struct shm_listener *sl = priv;
+	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
+
+	for (;;) {
+		struct epoll_event ev[PENDING_MAX + 1];
+		int64_t now = wsd_now_ms(), first = deadline;
+		int n, wait;
+
+		for (int i = 0; i < sl->npending;) {
+			if (sl->p[i]->deadline <= now) {
+				pending_drop(sl, i);   /* silent or slow: its slot goes to others */
+				continue;
+			}
+			if (first < 0 || sl->p[i]->deadline < first)
+				first = sl->p[i]->deadline;
+			i++;
+		}
+		wait = shm_remaining(first);
+		n = epoll_wait(sl->epfd, ev, PENDING_MAX + 1, wait);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		for (int k = 0; k < n; k++) {
+			struct shm_request *r;
+			int i, ret;
+
+			if (ev[k].data.ptr == sl) {
+				take_new(l, sl);
+				continue;
+			}
+			for (i = 0; i < sl->npending && sl->p[i] != ev[k].data.ptr; i++)
+				;
+			if (i == sl->npending)
+				continue;   /* dropped earlier in this batch */
+			r = calloc(1, sizeof(*r));
+			if (!r)
+				return -ENOMEM;
+			ret = pending_step(l, sl->p[i], r);
+			if (ret == 1) {
+				/* the request owns the socket now */
+				epoll_ctl(sl->epfd, EPOLL_CTL_DEL, r->sock, NULL);
+				pending_remove(sl, i);
+				req->len = r->hello.plen;
+				memcpy(req->data, r->hello.priv, r->hello.plen);
+				req->tpriv = r;
+				return 0;
+			}
+			free(r);
+			if (ret < 0)
+				pending_drop(sl, i);
+		}
+		if (deadline >= 0 && wsd_now_ms() >= deadline)
+			return -ETIMEDOUT;
+	}
+}
+
+void shm_request_free(struct shm_request *r)
+{
+	int fds[] = { r->sock, r->memfd, r->in_efd, r->out_efd };
+
+	shm_close_fds(fds, 4);
+	free(r);
+}
+
+void shm_request_reject(struct nd_conn_request *req)
+{
+	struct shm_request *r = req->tpriv;
+
+	shm_reject(r->sock, SHM_REJECT, ND_CONNECTION_REFUSED);
+	shm_request_free(r);
+}
