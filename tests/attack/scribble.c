@@ -42,6 +42,7 @@ struct conn {
 };
 
 static const char *addr = "127.0.0.1";
+static uint8_t *region, *stage;
 
 static int64_t now_ms(void)
 {
@@ -162,10 +163,20 @@ static int open_conn(struct conn *c, int port, const char **why)
 	c->ws = p_request(addr, port, &t);
 	if (c->ws == INVALID_SOCKET)
 		return *why = "no provider connection", -1;
-	c->region = aligned_alloc(4096, P_CTL + RING + 4096);
-	c->stage = aligned_alloc(4096, STAGE);
-	if (!c->region || !c->stage)
+	/*
+	 * One region and one stage for every case, registered anew on each
+	 * connection: memory freed and allocated again at the same address
+	 * would meet the provider's registration cache still holding the old
+	 * pages (libwsd.so's memory hooks, which would tell it, are not here).
+	 */
+	if (!region)
+		region = aligned_alloc(4096, P_CTL + RING + 4096);
+	if (!stage)
+		stage = aligned_alloc(4096, STAGE);
+	if (!region || !stage)
 		return *why = "out of memory", -1;
+	c->region = region;
+	c->stage = stage;
 	memset(c->region, 0, P_CTL + RING);
 	c->mine = (struct p_hello){ .magic = P_MAGIC, .version = P_VERSION, .kind = P_HELLO,
 				    .ring_size = RING, .region_fd = -1 };
@@ -237,10 +248,13 @@ static void close_conn(struct conn *c)
 {
 	int err;
 
-	p_procs.lpWSPCloseSocket(c->ws, &err);
+	if (c->stage_h)
+		p_procs.lpWSPDeregisterMemory(c->ws, c->stage_h, &err);
+	if (c->region)
+		p_procs.lpWSPDeregisterRdmaMemory(c->ws, c->mine.desc, 32, &err);
+	if (c->ws != INVALID_SOCKET)
+		p_procs.lpWSPCloseSocket(c->ws, &err);
 	close(c->fd);
-	free(c->region);
-	free(c->stage);
 }
 
 /* ---- the cases: each writes one forbidden thing (or a few) ---------------- */

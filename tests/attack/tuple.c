@@ -138,7 +138,7 @@ static int client(int port, const char *localfile, const char *stopfile)
 	struct sockaddr_in a;
 	socklen_t al = sizeof(a);
 	int fd = dial(port), calls = 0;
-	int64_t end = now_ms() + 30000;
+	int64_t end = now_ms() + 300000;
 	FILE *f;
 
 	if (getsockname(fd, (struct sockaddr *)&a, &al))
@@ -150,7 +150,7 @@ static int client(int port, const char *localfile, const char *stopfile)
 		char out[MSG], in[MSG];
 
 		if (now_ms() > end) {
-			fprintf(stderr, "tuple client: no stop file in 30 s\n");
+			fprintf(stderr, "tuple client: no stop file in 300 s\n");
 			return 1;
 		}
 		for (int i = 0; i < MSG; i++)
