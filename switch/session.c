@@ -1036,8 +1036,13 @@ static void proof_read(struct wsd_sock *s, bool tx_locked)
 			return;
 		}
 		if (n < 0) {
+			/*
+			 * Not a certain failure: the bytes taken may be an honest
+			 * proof's first part, which must never reach the program
+			 * as data.  A reset loses nothing that was delivered.
+			 */
 			if (s->proof_got && wsd_now_ms() - s->proof_since > PROOF_MS)
-				proof_fail(s, "part of a proof, and no more", tx_locked);
+				session_fail(ss, R_AUTH, "part of a proof, and no more");
 			return;
 		}
 		if (memcmp(b, ss->nonce + s->proof_got, (size_t)n)) {
@@ -2698,7 +2703,7 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 		atomic_fetch_add_explicit(&in_calls, 1, memory_order_relaxed);
 	pthread_mutex_lock(&s->tx_lock);
 	serve_back(s);
-	if (s->sess && !atomic_load(&s->proven) && s->tx_mode != DIR_RING &&
+	if (!s->connected_side && s->sess && !atomic_load(&s->proven) && s->tx_mode != DIR_RING &&
 	    !pthread_mutex_trylock(&s->rx_lock)) {
 		/* a listening side may send by ring once the peer's proof is read */
 		rx_settle(s, true);
