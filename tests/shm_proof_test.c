@@ -432,6 +432,96 @@ START_TEST(silent_connector_does_not_stall)
 }
 END_TEST
 
+/* A TCP socket of ours on 127.0.0.1, listening or not; its port in *port. */
+static int tcp_socket(int listening, uint16_t *port)
+{
+	struct sockaddr_in a = t_addr(0);
+	socklen_t al = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	ck_assert(!listening || listen(fd, 4) == 0);
+	ck_assert(getsockname(fd, (struct sockaddr *)&a, &al) == 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* (f) The registry's process holds the TCP listener: only that descriptor passes. */
+START_TEST(owner_check_names_the_listener)
+{
+	uint16_t port, other;
+	int lfd = tcp_socket(1, &port), idle = tcp_socket(0, &other), sv[2], pp[2];
+	pid_t me = getpid();
+
+	ck_assert(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0 && pipe(pp) == 0);
+	ck_assert_int_eq(shm_owner_check(me, lfd, port), 0);
+	ck_assert_int_eq(shm_owner_check(me, lfd, (unsigned)port + 1), -EACCES);  /* another port */
+	ck_assert_int_eq(shm_owner_check(me, idle, other), -EACCES);   /* bound, not listening */
+	ck_assert_int_eq(shm_owner_check(me, sv[0], port), -EACCES);   /* a unix socket */
+	ck_assert_int_eq(shm_owner_check(me, pp[0], port), -EACCES);   /* not a socket */
+	ck_assert_int_eq(shm_owner_check(me, -1, port), -EACCES);      /* named none */
+	close(idle);
+	ck_assert_int_eq(shm_owner_check(me, idle, other), -EACCES);   /* closed */
+	close(sv[0]); close(sv[1]); close(pp[0]); close(pp[1]);
+	close(lfd);
+}
+END_TEST
+
+/* A child connects asking for the check; its exit: 0 when ns was the outcome. */
+static pid_t owner_connector(uint16_t port, nd_status want)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		struct sockaddr_in sa = t_addr(port);
+		struct tside c;
+		nd_status ns;
+
+		alarm(20);
+		tside_open(&c, NULL);
+		wsd_ep_owner_check(c.ep, true);
+		ns = nd_ep_connect(c.ep, (struct sockaddr *)&sa, sizeof(sa), NULL, 0, 5000);
+		if (ns != want)
+			fprintf(stderr, "connect asking for the owner check: %s\n", nd_strstatus(ns));
+		tside_close(&c);
+		_exit(ns == want ? 0 : 1);
+	}
+	return pid;
+}
+
+/*
+ * (g) A listener that names no TCP listener is refused by a connector that
+ * asks, and taken once it names the one it holds on that port.
+ */
+START_TEST(owner_check_end_to_end)
+{
+	uint16_t port;
+	int lfd = tcp_socket(1, &port);
+	struct sockaddr_in sa = t_addr(port);
+	struct nd_conn_request *req;
+	struct nd_listener *l;
+	struct tside s;
+	pid_t pid;
+
+	tside_open(&s, NULL);
+	ck_status(nd_listen(s.ad, (struct sockaddr *)&sa, sizeof(sa), 8, &l), ND_SUCCESS);
+	pid = owner_connector(port, ND_ACCESS_DENIED);
+	ck_status(nd_listen_get_request(l, 3000, &req), ND_TIMEOUT);
+	ck_assert_int_eq(wait_child(pid), 0);
+
+	ck_assert_int_eq(wsd_listen_owner(l, lfd), 0);
+	pid = owner_connector(port, ND_SUCCESS);
+	ck_status(nd_listen_get_request(l, 5000, &req), ND_SUCCESS);
+	ck_status(nd_ep_accept(s.ep, req, NULL, 0, 5000), ND_SUCCESS);
+	ck_assert_int_eq(wait_child(pid), 0);
+	nd_listen_close(l);
+	tside_close(&s);
+	close(lfd);
+}
+END_TEST
+
 int main(void)
 {
 	TCase *tc;
@@ -450,5 +540,7 @@ int main(void)
 	tcase_add_test(tc, squatter_other_uid);
 	tcase_add_test(tc, squatter_same_uid_unreadable);
 	tcase_add_test(tc, silent_connector_does_not_stall);
+	tcase_add_test(tc, owner_check_names_the_listener);
+	tcase_add_test(tc, owner_check_end_to_end);
 	return t_run("shm_proof", tc);
 }
