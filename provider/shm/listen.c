@@ -4,7 +4,9 @@
  * network namespace, and the connections on it still proving themselves.
  *
  * A connection is accepted at once and its uid checked (SO_PEERCRED)
- * before we send it anything.  It then walks the proof of proof.c, one
+ * before we send it anything.  Our PROVE_ACK names the TCP listener we
+ * stand for, when the SPI told us (SO_WSP_TCP_LISTENER), for connectors
+ * that check it (owner.c).  It then walks the proof of proof.c, one
  * non-blocking step per message, with a deadline of SHM_PROOF_MS from its
  * accept; at most PENDING_MAX walk at a time.  So a silent or slow
  * connector costs others nothing but a slot for a second, and nothing is
