@@ -190,11 +190,18 @@ WSD_HIDDEN int shm_nonce_new(struct shm_nonce *n);
 WSD_HIDDEN void shm_nonce_free(struct shm_nonce *n);
 WSD_HIDDEN int shm_nonce_read(pid_t pid, uint64_t addr, uint8_t out[SHM_NONCE]);
 WSD_HIDDEN int shm_nonce_match(const struct shm_nonce *n, const uint8_t echo[SHM_NONCE]);
-WSD_HIDDEN int shm_prove_connector(int sock, pid_t pid, unsigned owner_port, int timeout_ms);
+struct shm_owner;
+WSD_HIDDEN int shm_prove_connector(int sock, pid_t pid, const struct shm_owner *owner,
+				   int timeout_ms);
 WSD_HIDDEN int shm_check_eventfd(int fd);
 
 /* owner.c: does the registry's process hold the TCP listener it stands for? */
-WSD_HIDDEN int shm_owner_check(pid_t pid, int fd, unsigned port);
+struct shm_owner {
+	uint8_t addr[16];                    /* the address dialled, IPv4 mapped */
+	unsigned port;
+};
+WSD_HIDDEN int shm_owner_want(const struct sockaddr *addr, socklen_t len, struct shm_owner *o);
+WSD_HIDDEN int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o);
 
 /* listen.c: the registry socket and the requests proving themselves on it */
 struct shm_request {
