@@ -265,9 +265,15 @@ static uint8_t *shared_region(struct wsd_session *ss)
 {
 	size_t len = ss->region_len + 4096;
 	uint8_t *m = MAP_FAILED;
-	int fd = memfd_create("wsd-ring", MFD_CLOEXEC);
+	int fd = memfd_create("wsd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
-	if (fd >= 0 && ftruncate(fd, (off_t)len) == 0)
+	/*
+	 * Sealed at its size: the peer maps it from a descriptor of its own,
+	 * and a file cut short under a mapping is SIGBUS at the next access,
+	 * ours or the peer's.  The peer maps only a sealed one (map_peer).
+	 */
+	if (fd >= 0 && ftruncate(fd, (off_t)len) == 0 &&
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
 		m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
 	if (m == MAP_FAILED) {
 		if (fd >= 0)
@@ -416,7 +422,9 @@ static void map_peer(struct wsd_session *ss, const struct wsd_hello *h)
 	}
 	if (fd < 0)
 		return;
-	m = fstat(fd, &st) == 0 && (size_t)st.st_size == len ?
+	/* only a region its owner cannot cut short under our stores (SIGBUS) */
+	m = fstat(fd, &st) == 0 && (size_t)st.st_size == len &&
+	    (fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) ?
 	    mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
 	close(fd);
 	if (m == MAP_FAILED)
@@ -1270,8 +1278,15 @@ static void check_back(struct wsd_sock *s)
 	    r.type != REC_BACK)
 		return;
 	lim = ctl_get(ss, CW_BACK_BELLS);
-	if (!lim)
+	if (!lim) {
+		/*
+		 * The sender writes its count, whole, before the record: a BACK
+		 * without it is broken (from a claimant: only ignored).
+		 */
+		if (!peer_untrusted(ss))
+			protocol_fail(ss, "BACK before its count");
 		return;
+	}
 	memcpy(&bells, r.payload, sizeof(bells));
 	pthread_mutex_lock(&s->mu);
 	e = wsd_wire_back_check(bells, lim, ss->bells_rx, &why);

@@ -333,9 +333,6 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		st = ND_INSUFFICIENT_RESOURCES;
 		goto fail;
 	}
-	st = connect_prove(ep, c, &un, unlen, ep->owner_check ? &owner : NULL, timeout_ms);
-	if (st != ND_SUCCESS)
-		goto fail;
 	m.features = shm_features();
 	m.ring_size = shm_ring_size_param();
 	m.nwindows = shm_windows_param();
@@ -343,6 +340,11 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	m.plen = (uint32_t)plen;
 	if (plen)
 		memcpy(m.priv, priv, plen);
+	/*
+	 * The region first, before the listener's clock starts: it gives a
+	 * connector SHM_PROOF_MS from its accept to a complete HELLO, and
+	 * populating megabytes takes longer than that on an emulated machine.
+	 */
 	memfd = memfd_create("wsd-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (memfd < 0) {
 		st = ND_INSUFFICIENT_RESOURCES;
@@ -353,6 +355,9 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		st = wsd_nd_from_errno(ret);
 		goto fail;
 	}
+	st = connect_prove(ep, c, &un, unlen, ep->owner_check ? &owner : NULL, timeout_ms);
+	if (st != ND_SUCCESS)
+		goto fail;
 	{
 		int out[3] = { memfd, ep->attr.inbound_cq->efd, ep->attr.outbound_cq->efd };
 

@@ -21,66 +21,25 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "wsd/wsp.h"
-
-/* wsd-protocol(7), version 5 */
-struct addr {
-	uint8_t family, pad;
-	uint16_t port;
-	uint8_t addr[16];
-};
-struct tuple {
-	uint16_t magic;
-	uint8_t version, pad;
-	struct addr client, server;
-};
-struct hello {
-	uint32_t magic;
-	uint16_t version, kind;
-	uint32_t reason, ring_size;
-	uint64_t key;
-	uint8_t desc[32];
-	uint32_t pid;
-	int32_t region_fd;
-	uint8_t nonce[16], reserved[16];
-};
-_Static_assert(sizeof(struct hello) == 96, "wsd-protocol(7): 96 bytes");
-
-static WSPPROC_TABLE procs;
-static WSAPROTOCOL_INFO proto;
+#include "tests/attack/peer.h"
 
 static SOCKET request(int port, int n)
 {
-	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	struct tuple t = { .magic = 0x5754, .version = 5 };
-	WSABUF caller = { sizeof(t), (char *)&t };
-	SOCKET ws;
-	int err;
+	struct p_tuple t = { .magic = P_TUPLE_MAGIC, .version = P_VERSION };
 
-	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	t.client.family = t.server.family = AF_INET;
 	t.client.port = (uint16_t)(20000 + n);   /* no such connection */
 	t.server.port = (uint16_t)port;
-	memcpy(t.client.addr, &to.sin_addr, 4);
-	memcpy(t.server.addr, &to.sin_addr, 4);
-	ws = procs.lpWSPSocket(AF_INET, SOCK_STREAM, 0, &proto, 0, 0, &err);
-	if (ws == INVALID_SOCKET)
-		return ws;
-	if (procs.lpWSPConnect(ws, (struct sockaddr *)&to, sizeof(to), &caller, NULL, NULL, NULL,
-			       &err)) {
-		procs.lpWSPCloseSocket(ws, &err);
-		return INVALID_SOCKET;
-	}
-	return ws;
+	inet_pton(AF_INET, "127.0.0.1", t.client.addr);
+	inet_pton(AF_INET, "127.0.0.1", t.server.addr);
+	return p_request("127.0.0.1", port, &t);
 }
 
 int main(int argc, char **argv)
 {
-	WSPDATA d;
-	WSPUPCALLTABLE up = { sizeof(up), NULL };
 	int port, n, err, made = 0, answers[32] = { 0 }, none = 0;
 	SOCKET *ws;
-	struct hello *in;
+	struct p_hello *in;
 	WSAOVERLAPPED *ov;
 	time_t end;
 
@@ -90,8 +49,7 @@ int main(int argc, char **argv)
 	}
 	port = atoi(argv[2]);
 	n = atoi(argv[3]);
-	procs.cbSize = sizeof(procs);
-	if (WSPStartup(WSP_VERSION, &d, &proto, &up, &procs)) {
+	if (p_start()) {
 		fprintf(stderr, "flood: no provider\n");
 		return 2;
 	}
@@ -106,15 +64,16 @@ int main(int argc, char **argv)
 			continue;
 		made++;
 		if (!strcmp(argv[1], "hello")) {
-			struct hello h = { .magic = 0x57534453, .version = 5, .kind = 1,
-					   .ring_size = 16384, .key = 1, .region_fd = -1 };
+			struct p_hello h = { .magic = P_MAGIC, .version = P_VERSION,
+					     .kind = P_HELLO, .ring_size = 16384, .key = 1,
+					     .region_fd = -1 };
 			WSABUF b = { sizeof(h), (char *)&h }, r = { sizeof(in[i]), (char *)&in[i] };
 			uint32_t k, fl = 0;
 
 			memset(h.nonce, 0x33, sizeof(h.nonce));   /* a well-formed one */
-			procs.lpWSPSend(ws[i], &b, 1, &k, 0, NULL, NULL, NULL, &err);
+			p_procs.lpWSPSend(ws[i], &b, 1, &k, 0, NULL, NULL, NULL, &err);
 			ov[i].hEvent = (void *)1;
-			if (procs.lpWSPRecv(ws[i], &r, 1, &k, &fl, &ov[i], NULL, NULL, &err) &&
+			if (p_procs.lpWSPRecv(ws[i], &r, 1, &k, &fl, &ov[i], NULL, NULL, &err) &&
 			    err != WSA_IO_PENDING)
 				ov[i].hEvent = NULL;   /* broken already: no answer */
 		}
@@ -133,10 +92,10 @@ int main(int argc, char **argv)
 			none++;
 			continue;
 		}
-		while (!procs.lpWSPGetOverlappedResult(ws[i], &ov[i], &k, 0, &fl, &err) &&
+		while (!p_procs.lpWSPGetOverlappedResult(ws[i], &ov[i], &k, 0, &fl, &err) &&
 		       err == WSA_IO_INCOMPLETE && time(NULL) < end)
 			usleep(1000);
-		if (k == sizeof(in[i]) && in[i].magic == 0x57534453 && in[i].kind == 3 &&
+		if (k == sizeof(in[i]) && in[i].magic == P_MAGIC && in[i].kind == P_REFUSE &&
 		    in[i].reason < 32)
 			answers[in[i].reason]++;
 		else

@@ -143,7 +143,7 @@ static _Noreturn void server(const char *portfile, int port, int nodump)
 	f = fopen(portfile, "w");
 	if (!f || fprintf(f, "%d\n", ntohs(a.sin_port)) < 0 || fclose(f))
 		die(portfile);
-	alarm(60);   /* the script kills it sooner */
+	alarm(300);   /* the script kills it sooner */
 	for (;;) {
 		int fd = accept(lfd, NULL, NULL);
 		pthread_t t;

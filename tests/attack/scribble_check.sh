@@ -1,0 +1,77 @@
+#!/bin/sh
+# A peer that holds its TCP connection and proves it, then writes what
+# wsd-protocol(7) forbids into the server's region (tests/attack/scribble.c:
+# lengths near 2^32, a PAD of 0, unknown types, a ZC of 2^40 bytes, an
+# unasked WZC, a BACK without its count, control words out of bounds).
+# Each such connection must be reset by the server's switch within 10 s;
+# the server lives, a plain client's answers stay exact throughout, and a
+# wsd client that connects afterwards is still accelerated.
+set -u
+wsd=${top_builddir:-.}/wsd/wsd
+tuple=${top_builddir:-.}/tests/attack/tuple
+scribble=${top_builddir:-.}/tests/attack/scribble
+tmp=$(mktemp -d)
+pids=
+cleanup() {
+	for p in $pids; do kill -9 "$p" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*"
+	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
+	exit 1
+}
+wait_file() {   # FILE: up to 10 s
+	n=0
+	until [ -s "$1" ]; do
+		n=$((n + 1))
+		[ $n -le 100 ] || return 1
+		sleep 0.1
+	done
+}
+command -v python3 >/dev/null 2>&1 || fail "python3 is needed to read wsd stat --json"
+export WSD_UPGRADE_BYTES=1
+
+"$wsd" run -- "$tuple" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
+server=$!
+pids="$pids $server"
+wait_file "$tmp/port" || fail "the server did not start"
+port=$(cat "$tmp/port")
+"$tuple" client "$port" "$tmp/victim" "$tmp/stop" >"$tmp/victim.out" 2>"$tmp/victim.err" &
+victim=$!
+pids="$pids $victim"
+wait_file "$tmp/victim" || fail "the victim did not connect"
+
+"$scribble" "$port" >"$tmp/scribble.out" 2>"$tmp/scribble.err" ||
+	fail "a case did not end in a reset (above)"
+kill -0 "$server" 2>/dev/null || fail "the server died"
+
+"$wsd" run -- "$tuple" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
+	2>"$tmp/honest.err" &
+honest=$!
+pids="$pids $honest"
+wait_file "$tmp/honest" || fail "the honest client did not connect"
+hport=$(cat "$tmp/honest")
+ok=
+for i in $(seq 100); do
+	"$wsd" stat --json "$server" >"$tmp/stat.json" 2>/dev/null
+	if python3 -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+ok = any(s["peer"] and s["peer"].endswith(":" + sys.argv[2]) and s["path"] == "shm"
+         and s["copy_rx"] > 0 for p in st["processes"] for s in p["sockets"])
+sys.exit(0 if ok else 1)' "$tmp/stat.json" "$hport"; then
+		ok=1
+		break
+	fi
+	sleep 0.1
+done
+[ -n "$ok" ] || fail "a wsd client is no longer accelerated by the server"
+touch "$tmp/stop"
+wait "$victim" || fail "the plain client saw a wrong answer or none"
+wait "$honest" || fail "the wsd client saw a wrong answer or none"
+kill -0 "$server" 2>/dev/null || fail "the server died"
+cat "$tmp/scribble.out" "$tmp/victim.out"
+echo "PASS: every malformed value reset its own connection, and nothing else"
+exit 0
