@@ -37,6 +37,14 @@ int wsd_tp_none_mr(void *adpriv, struct nd_mr *mr, void **priv)
 	return 0;
 }
 
+/* A transport with no registry process to vouch for (verbs). */
+int wsd_tp_no_owner(void *priv, int tcp_fd)
+{
+	(void)priv;
+	(void)tcp_fd;
+	return -EOPNOTSUPP;
+}
+
 nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len, uint64_t token,
 			   uint32_t access)
 {
@@ -318,6 +326,25 @@ nd_status nd_listen_close(struct nd_listener *l)
 	return ND_SUCCESS;
 }
 
+
+int wsd_listen_owner(struct nd_listener *l, int tcp_fd)
+{
+	for (unsigned i = 0; i < l->ad->ntp; i++) {
+		int r;
+
+		if (!l->tpriv[i])
+			continue;
+		r = l->ad->tp[i]->listen_owner(l->tpriv[i], tcp_fd);
+		if (r < 0 && r != -EOPNOTSUPP)
+			return r;
+	}
+	return 0;
+}
+
+void wsd_ep_owner_check(struct nd_ep *ep, bool on)
+{
+	ep->owner_check = on;
+}
 
 /* Wait on every transport's listener at once; take a request from the first. */
 static int listen_get(struct nd_listener *l, int timeout_ms, struct nd_conn_request *req)

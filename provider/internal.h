@@ -124,6 +124,12 @@ struct nd_ep {
 	unsigned windows_bound;
 	unsigned char peer_data[256];
 	size_t peer_len;
+	/*
+	 * connect: the listener's process must hold a TCP listener on the port
+	 * dialled (SO_WSP_TCP_LISTENER).  shm checks it; verbs has no registry
+	 * process to check and ignores it.
+	 */
+	bool owner_check;
 	void *tpriv;                   /* the transport's connection state */
 };
 
@@ -161,6 +167,11 @@ struct nd_transport {
 	int (*listen)(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 		      socklen_t len, int backlog);
 	void (*listen_close)(void *priv);
+	/*
+	 * Name the program's TCP listener this one stands for (a descriptor
+	 * number, or -1), for connectors that check it (nd_ep.owner_check).
+	 */
+	int (*listen_owner)(void *priv, int tcp_fd);
 	int (*listen_fd)(void *priv);
 	/* returns 0, -ETIMEDOUT, or -errno; fills req */
 	int (*listen_get)(struct nd_listener *l, void *priv, int timeout_ms,
@@ -193,6 +204,7 @@ struct nd_transport {
 WSD_HIDDEN int wsd_tp_none(void *adpriv, void **priv);
 WSD_HIDDEN void wsd_tp_none_free(void *priv);
 WSD_HIDDEN int wsd_tp_none_mr(void *adpriv, struct nd_mr *mr, void **priv);
+WSD_HIDDEN int wsd_tp_no_owner(void *priv, int tcp_fd);
 WSD_HIDDEN nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len,
 				      uint64_t token, uint32_t access);
 
@@ -201,6 +213,13 @@ WSD_HIDDEN extern const struct nd_transport wsd_transport_shm;
 WSD_HIDDEN extern const struct nd_transport wsd_transport_verbs;
 /* core.c: the tightest of two sets of limits, into a */
 WSD_HIDDEN void wsd_caps_meet(struct nd_adapter_info *a, const struct nd_adapter_info *b);
+
+/*
+ * core.c, for the SPI (SO_WSP_TCP_LISTENER): name the TCP listener to every
+ * transport that can (those that cannot are skipped); check it at connect.
+ */
+WSD_HIDDEN int wsd_listen_owner(struct nd_listener *l, int tcp_fd);
+WSD_HIDDEN void wsd_ep_owner_check(struct nd_ep *ep, bool on);
 
 /* status.c: -errno to nd_status, in one table */
 WSD_HIDDEN nd_status wsd_nd_from_errno(int err);

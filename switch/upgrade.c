@@ -545,6 +545,9 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 	    procs.lpWSPBind(r->ls, a.ss_family == AF_INET6 ? (struct sockaddr *)&any6
 							  : (struct sockaddr *)&any4,
 			    a.ss_family == AF_INET6 ? sizeof(any6) : sizeof(any4), &err) ||
+	    /* connectors check that we hold this TCP listener (wsd-protocol(7)) */
+	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_TCP_LISTENER, &s->fd, sizeof(s->fd),
+				  &err) ||
 	    procs.lpWSPListen(r->ls, 128, &err)) {
 		/* another process has this port's registry (SO_REUSEPORT): stay plain */
 		wsd_debug("switch: no registry for port %u (%d)", sa.port, err);
@@ -677,7 +680,10 @@ static void client_upgrade(struct wsd_sock *s)
 	ws = procs.lpWSPSocket(to.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
 	if (ws == INVALID_SOCKET)
 		return fail(s, R_PROVIDER);
-	if (procs.lpWSPConnect(ws, (struct sockaddr *)&to, tolen, &caller, NULL, NULL,
+	/* only the process that holds the TCP listener may take this over (shm) */
+	if (procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_TCP_LISTENER, &(int){ 1 }, sizeof(int),
+				  &err) ||
+	    procs.lpWSPConnect(ws, (struct sockaddr *)&to, tolen, &caller, NULL, NULL,
 			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
 		return fail(s, err == WSAEACCES ? R_ACCESS : R_PEER_PLAIN);

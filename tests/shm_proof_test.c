@@ -7,6 +7,7 @@
  * connection still moves data.  Needs root (to run processes as nobody).
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -432,6 +433,139 @@ START_TEST(silent_connector_does_not_stall)
 }
 END_TEST
 
+/* A TCP socket of ours on ip, listening or not, on *port (0: any, then set). */
+static int tcp_socket(const char *ip, int listening, uint16_t *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(*port) };
+	socklen_t al = sizeof(a);
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert(fd >= 0 && inet_pton(AF_INET, ip, &a.sin_addr) == 1);
+	ck_assert(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0);
+	ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "bind %s:%u", ip, *port);
+	ck_assert(!listening || listen(fd, 4) == 0);
+	ck_assert(getsockname(fd, (struct sockaddr *)&a, &al) == 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static struct shm_owner want(const char *ip, uint16_t port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct shm_owner o;
+
+	ck_assert(inet_pton(AF_INET, ip, &a.sin_addr) == 1);
+	ck_assert_int_eq(shm_owner_want((struct sockaddr *)&a, sizeof(a), &o), 0);
+	return o;
+}
+
+/* (f) The registry's process holds the TCP listener: only that descriptor passes. */
+START_TEST(owner_check_names_the_listener)
+{
+	uint16_t port = 0, other = 0, same;
+	int lfd = tcp_socket("127.0.0.1", 1, &port), idle = tcp_socket("127.0.0.1", 0, &other);
+	int sv[2], pp[2], elsewhere, cfd, afd;
+	struct shm_owner o = want("127.0.0.1", port);
+	struct shm_owner o2 = want("127.0.0.2", port);
+	struct shm_owner oi = want("127.0.0.1", other);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	pid_t me = getpid();
+
+	ck_assert(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0 && pipe(pp) == 0);
+	ck_assert_int_eq(shm_owner_check(me, lfd, &o), 0);
+	ck_assert_int_eq(shm_owner_check(me, lfd, &o2), -EACCES);      /* another address */
+	o.port++;
+	ck_assert_int_eq(shm_owner_check(me, lfd, &o), -EACCES);       /* another port */
+	o.port--;
+	ck_assert_int_eq(shm_owner_check(me, idle, &oi), -EACCES);     /* bound, not listening */
+	ck_assert_int_eq(shm_owner_check(me, sv[0], &o), -EACCES);     /* a unix socket */
+	ck_assert_int_eq(shm_owner_check(me, pp[0], &o), -EACCES);     /* not a socket */
+	ck_assert_int_eq(shm_owner_check(me, -1, &o), -EACCES);        /* named none */
+	close(idle);
+	ck_assert_int_eq(shm_owner_check(me, idle, &oi), -EACCES);     /* closed */
+	/* anyone may listen on the same port of another local address: it does not count */
+	same = port;
+	elsewhere = tcp_socket("127.0.0.2", 1, &same);
+	ck_assert_int_eq(shm_owner_check(me, elsewhere, &o), -EACCES);
+	close(elsewhere);
+	/*
+	 * A one-shot server: its listener closed, it holds the accepted
+	 * connection, whose local end is the address dialled.  A connection
+	 * only queued (not accepted), or one with the port at its far end
+	 * (cfd), does not count.
+	 */
+	cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert(connect(cfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	ck_assert_int_eq(shm_owner_check(me, -1, &o), -EACCES);
+	afd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	ck_assert(afd >= 0);
+	close(lfd);
+	ck_assert_int_eq(shm_owner_check(me, lfd, &o), 0);
+	close(afd);
+	ck_assert_int_eq(shm_owner_check(me, lfd, &o), -EACCES);
+	close(cfd);
+	close(sv[0]); close(sv[1]); close(pp[0]); close(pp[1]);
+}
+END_TEST
+
+/* A child connects asking for the check; its exit: 0 when ns was the outcome. */
+static pid_t owner_connector(uint16_t port, nd_status want)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		struct sockaddr_in sa = t_addr(port);
+		struct tside c;
+		nd_status ns;
+
+		alarm(20);
+		tside_open(&c, NULL);
+		wsd_ep_owner_check(c.ep, true);
+		ns = nd_ep_connect(c.ep, (struct sockaddr *)&sa, sizeof(sa), NULL, 0, 5000);
+		if (ns != want)
+			fprintf(stderr, "connect asking for the owner check: %s\n", nd_strstatus(ns));
+		tside_close(&c);
+		_exit(ns == want ? 0 : 1);
+	}
+	return pid;
+}
+
+/*
+ * (g) A listener that names no TCP listener is refused by a connector that
+ * asks, and taken once it names the one it holds on that port.
+ */
+START_TEST(owner_check_end_to_end)
+{
+	struct sockaddr_in sa = t_addr(0);   /* the address the connector dials */
+	char ip[INET_ADDRSTRLEN];
+	uint16_t port = 0;
+	int lfd = tcp_socket(inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip)), 1, &port);
+	struct nd_conn_request *req;
+	struct nd_listener *l;
+	struct tside s;
+	pid_t pid;
+
+	sa.sin_port = htons(port);
+	tside_open(&s, NULL);
+	ck_status(nd_listen(s.ad, (struct sockaddr *)&sa, sizeof(sa), 8, &l), ND_SUCCESS);
+	pid = owner_connector(port, ND_ACCESS_DENIED);
+	ck_status(nd_listen_get_request(l, 3000, &req), ND_TIMEOUT);
+	ck_assert_int_eq(wait_child(pid), 0);
+
+	ck_assert_int_eq(wsd_listen_owner(l, lfd), 0);
+	pid = owner_connector(port, ND_SUCCESS);
+	ck_status(nd_listen_get_request(l, 5000, &req), ND_SUCCESS);
+	ck_status(nd_ep_accept(s.ep, req, NULL, 0, 5000), ND_SUCCESS);
+	ck_assert_int_eq(wait_child(pid), 0);
+	nd_listen_close(l);
+	tside_close(&s);
+	close(lfd);
+}
+END_TEST
+
 int main(void)
 {
 	TCase *tc;
@@ -450,5 +584,7 @@ int main(void)
 	tcase_add_test(tc, squatter_other_uid);
 	tcase_add_test(tc, squatter_same_uid_unreadable);
 	tcase_add_test(tc, silent_connector_does_not_stall);
+	tcase_add_test(tc, owner_check_names_the_listener);
+	tcase_add_test(tc, owner_check_end_to_end);
 	return t_run("shm_proof", tc);
 }

@@ -110,6 +110,12 @@ typedef void (*LPWSAOVERLAPPED_COMPLETION_ROUTINE)(uint32_t error, uint32_t byte
 #define SO_MAX_MSG_SIZE         0x2003          /* largest WSPSend, bytes */
 #define SO_RDMA_THRESHOLD_SIZE  0x700C          /* size above which RDMA pays */
 #define SO_MAX_RDMA_SIZE        0x700D          /* largest WSPRdmaRead/Write */
+/*
+ * Listening socket: the descriptor of the program's TCP listener on the
+ * same port, named to connectors.  Connecting socket: 1 = the listener's
+ * process must hold a TCP listener on the dialled port (shm; verbs ignores).
+ */
+#define SO_WSP_TCP_LISTENER     0x7100
 
 #define SD_RECEIVE 0
 #define SD_SEND    1

@@ -286,10 +286,13 @@ static nd_status setup_status(int err)
 /*
  * Reach the listener and prove both ways (proof.c) before anything of ours
  * is handed over: a squatter on the name, of another user or unable to read
- * us, gets at most our uid's refusal and a nonce's address.
+ * us, gets at most our uid's refusal and a nonce's address.  When the
+ * caller asked (ep->owner_check), a squatter of our own user that passes
+ * the proof is refused too: it holds no TCP listener on the port (owner.c).
  */
 static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
-			       const struct sockaddr_un *un, socklen_t unlen, int timeout_ms)
+			       const struct sockaddr_un *un, socklen_t unlen,
+			       const struct shm_owner *owner, int timeout_ms)
 {
 	int ret;
 
@@ -299,7 +302,7 @@ static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
 								  wsd_nd_from_errno(-errno);
 	ret = shm_peer_uid_ok(c->sock, &c->peer_pid);
 	if (ret == 0)
-		ret = shm_prove_connector(c->sock, c->peer_pid, timeout_ms);
+		ret = shm_prove_connector(c->sock, c->peer_pid, owner, timeout_ms);
 	if (ret == -EACCES)
 		count_refusal(ep->ad);
 	return ret < 0 ? setup_status(ret) : ND_SUCCESS;
@@ -312,11 +315,13 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 	struct sockaddr_un un;
 	socklen_t unlen;
+	struct shm_owner owner;
 	struct shm_conn *c;
 	int memfd = -1, fds[2], ret;
 	nd_status st;
 
-	if (shm_sock_name(addr, len, &un, &unlen) < 0)
+	if (shm_sock_name(addr, len, &un, &unlen) < 0 ||
+	    (ep->owner_check && shm_owner_want(addr, len, &owner) < 0))
 		return ND_INVALID_PARAMETER;
 	if (!addr_is_local(addr, len))
 		return ND_NOT_SUPPORTED;   /* another host: not ours to serve */
@@ -350,7 +355,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		st = wsd_nd_from_errno(ret);
 		goto fail;
 	}
-	st = connect_prove(ep, c, &un, unlen, timeout_ms);
+	st = connect_prove(ep, c, &un, unlen, ep->owner_check ? &owner : NULL, timeout_ms);
 	if (st != ND_SUCCESS)
 		goto fail;
 	{
@@ -510,6 +515,7 @@ const struct nd_transport wsd_transport_shm = {
 	.mw_token = mw_token_op,
 	.listen = shm_listen,
 	.listen_close = shm_listen_close,
+	.listen_owner = shm_listen_owner,
 	.listen_fd = shm_listen_fd,
 	.listen_get = shm_listen_get,
 	.request_reject = shm_request_reject,

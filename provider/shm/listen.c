@@ -4,7 +4,9 @@
  * network namespace, and the connections on it still proving themselves.
  *
  * A connection is accepted at once and its uid checked (SO_PEERCRED)
- * before we send it anything.  It then walks the proof of proof.c, one
+ * before we send it anything.  Our PROVE_ACK names the TCP listener we
+ * stand for, when the SPI told us (SO_WSP_TCP_LISTENER), for connectors
+ * that check it (owner.c).  It then walks the proof of proof.c, one
  * non-blocking step per message, with a deadline of SHM_PROOF_MS from its
  * accept; at most PENDING_MAX walk at a time.  So a silent or slow
  * connector costs others nothing but a slot for a second, and nothing is
@@ -43,27 +45,32 @@ struct pending {
 
 struct shm_listener {
 	int fd;
+	_Atomic int tcp_fd;          /* the TCP listener we stand for, named in PROVE_ACK */
 	int epfd;
 	bool fd_watched;             /* the socket is in epfd (not while full) */
 	int npending;
 	struct pending *p[PENDING_MAX];
 };
 
+int shm_addr_port(const struct sockaddr *addr, socklen_t len)
+{
+	if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
+		return ntohs(((const struct sockaddr_in *)addr)->sin_port);
+	if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
+		return ntohs(((const struct sockaddr_in6 *)addr)->sin6_port);
+	return -EINVAL;
+}
+
 int shm_sock_name(const struct sockaddr *addr, socklen_t len, struct sockaddr_un *un,
 		  socklen_t *unlen)
 {
-	unsigned port;
-	int n;
+	int port = shm_addr_port(addr, len), n;
 
-	if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
-		port = ntohs(((const struct sockaddr_in *)addr)->sin_port);
-	else if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
-		port = ntohs(((const struct sockaddr_in6 *)addr)->sin6_port);
-	else
-		return -EINVAL;
+	if (port < 0)
+		return port;
 	memset(un, 0, sizeof(*un));
 	un->sun_family = AF_UNIX;
-	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "wsd-nd.%u", port);
+	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "wsd-nd.%d", port);
 	*unlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 	return 0;
 }
@@ -98,6 +105,7 @@ int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 		return ret;
 	}
 	sl->fd_watched = true;
+	atomic_init(&sl->tcp_fd, -1);
 	*priv = sl;
 	return 0;
 }
@@ -132,6 +140,13 @@ void shm_listen_close(void *priv)
 	close(sl->fd);
 	close(sl->epfd);
 	free(sl);
+}
+
+/* May come after listen, while a thread takes requests: hence the atomic. */
+int shm_listen_owner(void *priv, int tcp_fd)
+{
+	atomic_store(&((struct shm_listener *)priv)->tcp_fd, tcp_fd);
+	return 0;
 }
 
 int shm_listen_fd(void *priv)
@@ -192,7 +207,8 @@ static bool hello_ok(const struct shm_ctl *m, const int *fds)
  * One step of a pending connection's proof, on a message that may be
  * there.  0: keep waiting; 1: a complete request in *r; -errno: drop it.
  */
-static int pending_step(struct nd_listener *l, struct pending *p, struct shm_request *r)
+static int pending_step(struct nd_listener *l, struct shm_listener *sl, struct pending *p,
+			struct shm_request *r)
 {
 	struct shm_ctl m;
 	int fds[3] = { -1, -1, -1 };
@@ -216,7 +232,8 @@ static int pending_step(struct nd_listener *l, struct pending *p, struct shm_req
 		}
 		m = (struct shm_ctl){ .magic = SHM_MAGIC, .version = SHM_VERSION,
 				      .type = SHM_PROVE_ACK,
-				      .probe_addr = (uintptr_t)p->nonce.at };
+				      .probe_addr = (uintptr_t)p->nonce.at,
+				      .tcp_fd = atomic_load(&sl->tcp_fd) };
 		memcpy(m.nonce, theirs, SHM_NONCE);
 		p->state = P_ECHO;
 		return shm_send_ctl(p->sock, &m, NULL, 0);
@@ -291,7 +308,7 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 			r = calloc(1, sizeof(*r));
 			if (!r)
 				return -ENOMEM;
-			ret = pending_step(l, sl->p[i], r);
+			ret = pending_step(l, sl, sl->p[i], r);
 			if (ret == 1) {
 				/* the request owns the socket now */
 				epoll_ctl(sl->epfd, EPOLL_CTL_DEL, r->sock, NULL);

@@ -130,10 +130,13 @@ static int expect(int sock, struct shm_ctl *m, uint16_t type, int timeout_ms)
 
 /*
  * The connector's half, on a socket whose peer's uid is already checked;
- * pid is the listener's.  0 once both proofs passed; -EACCES when either
- * failed (the listener is told), or another -errno.
+ * pid is the listener's.  With owner (not NULL) the listener must also
+ * hold the TCP listener it names for the address dialled (owner.c), checked before
+ * its nonce is read, so a pid that changed hands in between fails the
+ * read.  0 once every check passed; -EACCES when one failed (the listener
+ * is told), or another -errno.
  */
-int shm_prove_connector(int sock, pid_t pid, int timeout_ms)
+int shm_prove_connector(int sock, pid_t pid, const struct shm_owner *owner, int timeout_ms)
 {
 	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 	struct shm_ctl m = { .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_PROVE };
@@ -150,6 +153,8 @@ int shm_prove_connector(int sock, pid_t pid, int timeout_ms)
 		ret = expect(sock, &m, SHM_PROVE_ACK, shm_remaining(deadline));
 	if (ret == 0 && !shm_nonce_match(&mine, m.nonce))
 		ret = -EACCES;    /* the listener could not read us */
+	if (ret == 0 && owner)
+		ret = shm_owner_check(pid, m.tcp_fd, owner);
 	if (ret == 0)
 		ret = shm_nonce_read(pid, m.probe_addr, theirs);
 	shm_nonce_free(&mine);

@@ -18,7 +18,8 @@
 #include "provider/internal.h"
 
 #define SHM_MAGIC 0x5753444eu  /* "WSDN" */
-#define SHM_VERSION 2          /* 2: mutual proof before HELLO, sealed memfd */
+#define SHM_VERSION 3          /* 2: mutual proof before HELLO, sealed memfd;
+				  3: PROVE_ACK names the TCP listener */
 #define SHM_PRIV_MAX 200
 #define SHM_NONCE 16
 
@@ -87,7 +88,9 @@ struct shm_msg {
  * Set-up, connector C and listener L, on L's abstract unix socket:
  *   C checks SO_PEERCRED (our uid), L checks SO_PEERCRED (our uid)
  *   C -> L  PROVE      probe_addr: where C's nonce lies in C's memory
- *   L -> C  PROVE_ACK  nonce: C's nonce as L read it; probe_addr: L's nonce
+ *   L -> C  PROVE_ACK  nonce: C's nonce as L read it; probe_addr: L's nonce;
+ *                      tcp_fd: L's TCP listener on the port, or -1
+ *   C checks tcp_fd, when asked to (owner.c), then reads L's nonce
  *   C -> L  ECHO       nonce: L's nonce as C read it
  *   L -> C  PROVED
  *   C -> L  HELLO      + memfd (sealed) and C's two CQ eventfds
@@ -121,6 +124,7 @@ struct shm_ctl {
 	uint32_t reason;                     /* nd_status for REJECT */
 	uint32_t features;                   /* SHM_FEAT_* */
 	uint32_t plen;
+	int32_t tcp_fd;                      /* PROVE_ACK: the listener's TCP listener */
 	uint8_t nonce[SHM_NONCE];
 	uint8_t priv[SHM_PRIV_MAX];
 };
@@ -186,8 +190,18 @@ WSD_HIDDEN int shm_nonce_new(struct shm_nonce *n);
 WSD_HIDDEN void shm_nonce_free(struct shm_nonce *n);
 WSD_HIDDEN int shm_nonce_read(pid_t pid, uint64_t addr, uint8_t out[SHM_NONCE]);
 WSD_HIDDEN int shm_nonce_match(const struct shm_nonce *n, const uint8_t echo[SHM_NONCE]);
-WSD_HIDDEN int shm_prove_connector(int sock, pid_t pid, int timeout_ms);
+struct shm_owner;
+WSD_HIDDEN int shm_prove_connector(int sock, pid_t pid, const struct shm_owner *owner,
+				   int timeout_ms);
 WSD_HIDDEN int shm_check_eventfd(int fd);
+
+/* owner.c: does the registry's process hold the TCP listener it stands for? */
+struct shm_owner {
+	uint8_t addr[16];                    /* the address dialled, IPv4 mapped */
+	unsigned port;
+};
+WSD_HIDDEN int shm_owner_want(const struct sockaddr *addr, socklen_t len, struct shm_owner *o);
+WSD_HIDDEN int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o);
 
 /* listen.c: the registry socket and the requests proving themselves on it */
 struct shm_request {
@@ -199,11 +213,13 @@ struct shm_request {
 WSD_HIDDEN int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 			  socklen_t len, int backlog);
 WSD_HIDDEN void shm_listen_close(void *priv);
+WSD_HIDDEN int shm_listen_owner(void *priv, int tcp_fd);
 WSD_HIDDEN int shm_listen_fd(void *priv);
 WSD_HIDDEN int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 			      struct nd_conn_request *req);
 WSD_HIDDEN void shm_request_reject(struct nd_conn_request *req);
 WSD_HIDDEN void shm_request_free(struct shm_request *r);
+WSD_HIDDEN int shm_addr_port(const struct sockaddr *addr, socklen_t len);
 WSD_HIDDEN int shm_sock_name(const struct sockaddr *addr, socklen_t len,
 			     struct sockaddr_un *un, socklen_t *unlen);
 

@@ -82,6 +82,7 @@ SOCKET wsp_sock_new(struct wsp_provider *pv, int af, int *err, struct wsp_socket
 	s->pv = pv;
 	s->af = af;
 	s->rdma_threshold = (uint32_t)pv->info.rdma_threshold;
+	s->tcp_listener = -1;
 	s->refs = 1;    /* the open handle's */
 	pthread_mutex_lock(&handles_lock);
 	for (i = 0; i < nslots && slots[i]; i++)

@@ -95,6 +95,11 @@ int WSPListen(SOCKET h, int backlog, int *err)
 	st = nd_listen(s->pv->ad, (struct sockaddr *)&s->local, s->local_len, backlog, &s->l);
 	if (st != ND_SUCCESS)
 		return fail_with(s, st == ND_ADDRESS_IN_USE ? WSAEADDRINUSE : WSAEINVAL, err);
+	if (s->tcp_listener >= 0 && wsd_listen_owner(s->l, s->tcp_listener) < 0) {
+		nd_listen_close(s->l);
+		s->l = NULL;
+		return fail_with(s, WSAEINVAL, err);
+	}
 	s->state = S_LISTENING;
 	wsp_sock_put(s);
 	return 0;
@@ -289,6 +294,7 @@ int WSPConnect(SOCKET h, const struct sockaddr *name, socklen_t len, const WSABU
 	e = make_endpoint(s);
 	if (e)
 		return fail_with(s, e, err);
+	wsd_ep_owner_check(s->ep, s->tcp_listener > 0);
 	st = nd_ep_connect(s->ep, name, len, caller ? caller->buf : NULL, caller ? caller->len : 0,
 			   CONNECT_TIMEOUT_MS);
 	if (st != ND_SUCCESS) {
@@ -396,6 +402,9 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 	case SO_RDMA_THRESHOLD_SIZE:
 		v = (int)s->rdma_threshold;
 		break;
+	case SO_WSP_TCP_LISTENER:
+		v = s->tcp_listener;
+		break;
 	default:
 		return fail_with(s, WSAENOPROTOOPT, err);
 	}
@@ -405,21 +414,47 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 	return 0;
 }
 
+/*
+ * SO_WSP_TCP_LISTENER: a descriptor (or -1) for a listener, applied at once
+ * when it listens already; for a socket that will connect, > 0 asks for
+ * the check.  A connection already made is past the point it matters.
+ */
+static int set_tcp_listener(struct wsp_socket *s, int v)
+{
+	if (v < -1 || s->state == S_CONNECTED || s->state == S_CLOSED)
+		return WSAEINVAL;
+	if (s->state == S_LISTENING && wsd_listen_owner(s->l, v) < 0)
+		return WSAEINVAL;
+	s->tcp_listener = v;
+	return 0;
+}
+
 int WSPSetSockOpt(SOCKET h, int level, int name, const void *val, socklen_t len, int *err)
 {
 	struct wsp_socket *s = live(h, err);
-	int v;
+	int v, e;
 
 	if (!s)
 		return SOCKET_ERROR;
 	if (!val || len < sizeof(int))
 		return fail_with(s, WSAEFAULT, err);
-	if (level != SOL_WSP || name != SO_RDMA_THRESHOLD_SIZE)
+	if (level != SOL_WSP)
 		return fail_with(s, WSAENOPROTOOPT, err);
 	memcpy(&v, val, sizeof(v));
-	if (v < 0)
-		return fail_with(s, WSAEINVAL, err);
-	s->rdma_threshold = (uint32_t)v;
+	switch (name) {
+	case SO_RDMA_THRESHOLD_SIZE:
+		if (v < 0)
+			return fail_with(s, WSAEINVAL, err);
+		s->rdma_threshold = (uint32_t)v;
+		break;
+	case SO_WSP_TCP_LISTENER:
+		e = set_tcp_listener(s, v);
+		if (e)
+			return fail_with(s, e, err);
+		break;
+	default:
+		return fail_with(s, WSAENOPROTOOPT, err);
+	}
 	wsp_sock_put(s);
 	return 0;
 }

@@ -75,6 +75,7 @@ struct wsp_socket {
 	struct nd_ep *ep;
 	int fail;                        /* why the connection ended (WSA code), 0 while up */
 	uint32_t rdma_threshold;
+	int tcp_listener;                /* SO_WSP_TCP_LISTENER; -1 when not set */
 	struct wsd_port *port;
 	uintptr_t key;
 	struct wsp_req *reqs;

@@ -642,6 +642,7 @@ const struct nd_transport wsd_transport_verbs = {
 	.mw_token = mw_token_op,
 	.listen = listen_op,
 	.listen_close = listen_close_op,
+	.listen_owner = wsd_tp_no_owner,   /* no registry process: nothing to name */
 	.listen_fd = listen_fd_op,
 	.listen_get = listen_get_op,
 	.request_reject = request_reject_op,

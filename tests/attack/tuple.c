@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The three programs of tests/attack/tuple_check.sh: a host that is not a
- * connection's TCP peer names that connection's 4-tuple to the server's
- * switch and tries to take it over.
+ * The programs of the attack scripts (the *_check.sh beside it).  In
+ * tuple_check.sh a host that is not a connection's TCP peer names that
+ * connection's 4-tuple to the server's switch and tries to take it over;
+ * in squat_check.sh a process holds the registry name of a port before the
+ * server does; access_check.sh runs server and client as other users.
  *
- *   tuple server PORTFILE [ADDR]   echo server (each byte xor 0x5a), a
- *                                  thread per connection; writes its port
+ *   tuple server [-n] [-p PORT] PORTFILE [ADDR]
+ *                                  echo server (each byte xor 0x5a), a
+ *                                  thread per connection; writes its port;
+ *                                  -n: not dumpable once it listens (no
+ *                                  process of its user may read it);
+ *                                  -p: on that port (default any)
  *   tuple client PORT LOCALFILE STOPFILE [ADDR]
  *                                  the victim, a plain program: 64-byte
  *                                  calls every 10 ms until STOPFILE exists,
@@ -17,6 +23,15 @@
  *                                  (default 2) while its switch upgrades
  *                                  (naming the victim's tuple), reading what
  *                                  comes back; "reading" at half time
+ *   tuple squat PORTFILE STOPFILE  squatter: picks a free TCP port P, binds
+ *                                  the registry name "\0wsd-nd.P" and writes
+ *                                  P; speaks the shm proof as a reader of
+ *                                  its connectors would (it names a TCP
+ *                                  listener of its own, on another port),
+ *                                  counts the descriptors it is sent (and
+ *                                  then refuses the HELLO), and
+ *                                  prints them when STOPFILE exists (30 s
+ *                                  at most)
  *
  * ADDR: the server's IPv4 address (default 127.0.0.1).
  * Every wait is bounded; each program exits by itself.
@@ -31,9 +46,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "provider/shm/shm.h"   /* the squatter speaks the set-up messages */
 
 #define MSG 64
 
@@ -104,9 +124,9 @@ static void *echo(void *arg)
 	return NULL;
 }
 
-static _Noreturn void server(const char *portfile)
+static _Noreturn void server(const char *portfile, int port, int nodump)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	socklen_t al = sizeof(a);
 	int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
 	FILE *f;
@@ -117,6 +137,9 @@ static _Noreturn void server(const char *portfile)
 	    bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 16) ||
 	    getsockname(lfd, (struct sockaddr *)&a, &al))
 		die("listen");
+	/* after listen, so the switch's registry is up and ours to defend */
+	if (nodump && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+		die("PR_SET_DUMPABLE");
 	f = fopen(portfile, "w");
 	if (!f || fprintf(f, "%d\n", ntohs(a.sin_port)) < 0 || fclose(f))
 		die(portfile);
@@ -215,13 +238,139 @@ static int attack(int port, int seconds)
 	return 0;
 }
 
+/* A TCP socket on 127.0.0.1, any port, listening or only bound; its port in *port. */
+static int tcp_on_any(int listening, int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+	    (listening && listen(fd, 4)) || getsockname(fd, (struct sockaddr *)&a, &al))
+		die("tcp socket");
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/*
+ * One message from a connector: reply as a listener that passes the
+ * connector's proof would (it reads the connector's nonce, offers one of
+ * its own, claims the echo right) and count descriptors.  0 at the end.
+ */
+static int squat_step(int c, int decoy, int *fds_got)
+{
+	static uint8_t mine[SHM_NONCE] = "squatter's nonce";
+	union {
+		char b[CMSG_SPACE(sizeof(int) * 8)];
+		struct cmsghdr align;
+	} u;
+	struct shm_ctl m = { 0 };
+	struct iovec iov = { &m, sizeof(m) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			     .msg_controllen = sizeof(u.b) };
+	ssize_t n = recvmsg(c, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+	if (n <= 0)
+		return n < 0 && errno == EAGAIN ? 1 : 0;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int)), fd;
+
+			for (int i = 0; i < k; i++) {
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				close(fd);
+			}
+			*fds_got += k;
+		}
+	if (m.type == SHM_PROVE) {
+		struct ucred cr;
+		socklen_t cl = sizeof(cr);
+		struct iovec li = { m.nonce, SHM_NONCE };
+		struct iovec ri = { (void *)(uintptr_t)m.probe_addr, SHM_NONCE };
+
+		if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &cl) ||
+		    process_vm_readv(cr.pid, &li, 1, &ri, 1, 0) != SHM_NONCE)
+			memset(m.nonce, 0, SHM_NONCE);   /* not allowed: the connector finds out */
+		m.type = SHM_PROVE_ACK;
+		m.probe_addr = (uintptr_t)mine;
+		m.tcp_fd = decoy;   /* a TCP listener, but not on the port dialled */
+	} else if (m.type == SHM_ECHO) {
+		m.type = SHM_PROVED;   /* whatever the echo */
+	} else if (m.type == SHM_HELLO) {
+		/* it has the descriptors; refusing now ends the connector's wait at once */
+		m.type = SHM_REJECT;
+		m.reason = ND_CONNECTION_REFUSED;
+	} else {
+		return 1;
+	}
+	return send(c, &m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m);
+}
+
+static int squat(const char *portfile, const char *stopfile)
+{
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	struct pollfd p[17];
+	int port, other, nconn = 0, conns = 0, fds_got = 0, probe, decoy, ls;
+	int64_t end = now_ms() + 30000;
+	socklen_t ul;
+	FILE *f;
+
+	/* a port free now, for the server to take after us */
+	probe = tcp_on_any(0, &port);
+	decoy = tcp_on_any(1, &other);
+	ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ul = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+			 (size_t)snprintf(un.sun_path + 1, sizeof(un.sun_path) - 1,
+					  "wsd-nd.%d", port));
+	if (ls < 0 || bind(ls, (struct sockaddr *)&un, ul) || listen(ls, 16))
+		die("squat: registry name");
+	close(probe);
+	f = fopen(portfile, "w");
+	if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f))
+		die(portfile);
+	p[0] = (struct pollfd){ .fd = ls, .events = POLLIN };
+	while (access(stopfile, F_OK) != 0 && now_ms() < end) {
+		if (poll(p, (nfds_t)(1 + nconn), 100) <= 0)
+			continue;
+		for (int i = nconn; i >= 1; i--)
+			if (p[i].revents && !squat_step(p[i].fd, decoy, &fds_got)) {
+				close(p[i].fd);
+				p[i] = p[nconn--];
+			}
+		if ((p[0].revents & POLLIN) && nconn < 16) {
+			int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+
+			if (c >= 0) {
+				p[++nconn] = (struct pollfd){ .fd = c, .events = POLLIN };
+				conns++;
+			}
+		}
+	}
+	printf("squat: %d connections, %d descriptors\n", conns, fds_got);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	if ((argc == 3 || argc == 4) && !strcmp(argv[1], "server")) {
-		if (argc == 4)
-			addr = argv[3];
-		server(argv[2]);
+	if (argc >= 3 && !strcmp(argv[1], "server")) {
+		int port = 0, nodump = 0, i = 2;
+
+		for (; i < argc && argv[i][0] == '-'; i++) {
+			if (!strcmp(argv[i], "-n"))
+				nodump = 1;
+			else if (!strcmp(argv[i], "-p") && i + 1 < argc)
+				port = atoi(argv[++i]);
+			else
+				break;
+		}
+		if (argc - i == 1 || argc - i == 2) {
+			if (argc - i == 2)
+				addr = argv[i + 1];
+			server(argv[i], port, nodump);
+		}
 	}
+	if (argc == 4 && !strcmp(argv[1], "squat"))
+		return squat(argv[2], argv[3]);
 	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "client")) {
 		if (argc == 6)
 			addr = argv[5];
@@ -232,7 +381,7 @@ int main(int argc, char **argv)
 			addr = argv[3];
 		return attack(atoi(argv[2]), argc == 5 ? atoi(argv[4]) : 2);
 	}
-	fprintf(stderr, "usage: tuple server PORTFILE [ADDR] | client PORT LOCALFILE STOPFILE "
-			"[ADDR] | attack PORT [ADDR [SECONDS]]\n");
+	fprintf(stderr, "usage: tuple server [-n] [-p PORT] PORTFILE [ADDR] | client PORT LOCALFILE "
+			"STOPFILE [ADDR] | attack PORT [ADDR [SECONDS]] | squat PORTFILE STOPFILE\n");
 	return 2;
 }

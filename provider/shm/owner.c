@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Does the registry's process hold the TCP listener it stands for?
+ *
+ * Anyone can bind the abstract name "wsd-nd.PORT" first.  The mutual
+ * proof (proof.c) shows only that the squatter may read us and we it, so a
+ * process of our own user passes it; the switch would then take a
+ * connection to a server on PORT, plain or not, over to the squatter.  So
+ * a connector that asks for it (SO_WSP_TCP_LISTENER) checks the process
+ * behind the registry socket, by the pid the kernel gave (SO_PEERCRED,
+ * never a pid the peer claims), in its own network namespace
+ * (/proc/PID/net/tcp and tcp6 are the namespace of PID):
+ *
+ *  - the descriptor it names is a TCP socket listening on the port dialled,
+ *    on the address dialled or a wildcard (a listener on another local
+ *    address with the same port, which anyone may open, does not count);
+ *  - or, failing that, it holds a connected TCP socket whose local end is
+ *    exactly the address and port dialled.  Only the server's accepted
+ *    connections have that end while its listener is open (a bind to it
+ *    conflicts with the listener), and a one-shot server closes its
+ *    listener once it has accepted, before its peer's switch comes; its
+ *    registry lives on for such connections and must still pass.
+ *
+ * Reading /proc/PID/fd needs the ptrace read right, which the proof has
+ * shown already; a process we may not inspect fails here as it fails there.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "provider/shm/shm.h"
+
+/* the kernel's TCP state numbers */
+#define ST_ESTABLISHED 0x01
+#define ST_CLOSE_WAIT 0x08
+#define ST_LISTEN 0x0A
+
+struct inodes {
+	unsigned long *v;
+	size_t n, cap;
+};
+
+static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+/* The dialled address as IPv6 (IPv4 mapped) and its port; -EINVAL if neither. */
+int shm_owner_want(const struct sockaddr *addr, socklen_t len, struct shm_owner *o)
+{
+	int port = shm_addr_port(addr, len);
+
+	if (port <= 0)
+		return -EINVAL;
+	o->port = (unsigned)port;
+	if (addr->sa_family == AF_INET) {
+		memcpy(o->addr, v4mapped, 12);
+		memcpy(o->addr + 12, &((const struct sockaddr_in *)addr)->sin_addr, 4);
+	} else {
+		memcpy(o->addr, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16);
+	}
+	return 0;
+}
+
+/*
+ * An address as /proc/net/tcp{,6} prints it: each 32-bit word of the
+ * address as it lies in memory, printed %08X.  Into 16 bytes, IPv4 mapped.
+ */
+static int parse_addr(const char *hex, size_t len, uint8_t out[16])
+{
+	size_t words = len / 8;
+
+	if (len != 8 && len != 32)
+		return -1;
+	if (words == 1)
+		memcpy(out, v4mapped, 12);
+	for (size_t i = 0; i < words; i++) {
+		char w[9];
+		uint32_t v;
+
+		memcpy(w, hex + 8 * i, 8);
+		w[8] = 0;
+		v = (uint32_t)strtoul(w, NULL, 16);
+		memcpy(out + 16 - 4 * (words - i), &v, 4);
+	}
+	return 0;
+}
+
+static int wildcard(const uint8_t a[16])
+{
+	static const uint8_t zero[16];
+
+	return !memcmp(a, zero, 16) || (!memcmp(a, v4mapped, 12) && !memcmp(a + 12, zero, 4));
+}
+
+static int add(struct inodes *s, unsigned long ino)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 64;
+		unsigned long *v = realloc(s->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = ino;
+	return 0;
+}
+
+/*
+ * The inodes of pid's namespace that stand for the address dialled: in
+ * *listen, listeners covering it; in *conn, connections with it as their
+ * local end.
+ */
+static int collect(pid_t pid, const struct shm_owner *o, struct inodes *listen,
+		   struct inodes *conn)
+{
+	static const char *const tables[] = { "tcp", "tcp6" };
+	char path[64], line[512];
+
+	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)pid, tables[t]);
+		f = fopen(path, "re");
+		if (!f)
+			continue;   /* no IPv6 in that namespace, say */
+		/* "sl local:port remote:port st queues timer retr uid timeout inode" */
+		while (fgets(line, sizeof(line), f)) {
+			char hex[33];
+			unsigned lport, st;
+			unsigned long ino;
+			uint8_t a[16];
+			int ret = 0;
+
+			if (sscanf(line, " %*s %32[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %*u %*u %lu",
+				   hex, &lport, &st, &ino) != 4 || lport != o->port ||
+			    parse_addr(hex, strlen(hex), a) < 0)
+				continue;   /* the heading, or another port */
+			if (st == ST_LISTEN && (wildcard(a) || !memcmp(a, o->addr, 16)))
+				ret = add(listen, ino);
+			else if ((st == ST_ESTABLISHED || st == ST_CLOSE_WAIT) &&
+				 !memcmp(a, o->addr, 16))
+				ret = add(conn, ino);
+			if (ret < 0) {
+				fclose(f);
+				return ret;
+			}
+		}
+		fclose(f);
+	}
+	return 0;
+}
+
+static int member(const struct inodes *s, unsigned long ino)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i] == ino)
+			return 1;
+	return 0;
+}
+
+/* The inode of the socket pid holds as fd: 0, or -1 when it is none. */
+static int socket_inode(pid_t pid, const char *fd, unsigned long *inode)
+{
+	char path[64], link[64], tail;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid, fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n <= 0)
+		return -1;
+	link[n] = 0;
+	/* exactly "socket:[N]" */
+	return sscanf(link, "socket:[%lu%c", inode, &tail) == 2 && tail == ']' &&
+	       link[n - 1] == ']' ? 0 : -1;
+}
+
+/* Does pid hold, as any descriptor, a socket of s? */
+static int holds_any(pid_t pid, const struct inodes *s)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	int found = 0;
+
+	if (!s->n)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return 0;
+	while (!found && (d = readdir(dir))) {
+		unsigned long ino;
+
+		if (d->d_name[0] != '.' && socket_inode(pid, d->d_name, &ino) == 0)
+			found = member(s, ino);
+	}
+	closedir(dir);
+	return found;
+}
+
+int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o)
+{
+	struct inodes listen = { 0 }, conn = { 0 };
+	unsigned long ino;
+	char name[16];
+	int ret = collect(pid, o, &listen, &conn), ok = 0;
+
+	snprintf(name, sizeof(name), "%d", fd);
+	if (ret == 0)
+		ok = (fd >= 0 && socket_inode(pid, name, &ino) == 0 && member(&listen, ino)) ||
+		     holds_any(pid, &conn);
+	free(listen.v);
+	free(conn.v);
+	if (ret < 0)
+		return ret;
+	if (!ok)
+		wsd_debug("shm: pid %d holds no TCP listener (fd %d) nor connection on port %u: "
+			  "refused", (int)pid, fd, o->port);
+	return ok ? 0 : -EACCES;
+}
