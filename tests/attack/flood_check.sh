@@ -7,33 +7,11 @@
 # pending and answers the rest REFUSE busy at once, counted in wsd stat.
 # An honest wsd client is accelerated meanwhile and its answers stay exact.
 set -u
-wsd=${top_builddir:-.}/wsd/wsd
-tuple=${top_builddir:-.}/tests/attack/tuple
+. "${srcdir:-.}/tests/attack/common.sh"
 flood=${top_builddir:-.}/tests/attack/flood
-tmp=$(mktemp -d)
-pids=
-cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
-	exit 1
-}
-wait_file() {   # FILE [REGEX]: up to 10 s
-	n=0
-	until [ -s "$1" ] && { [ $# -lt 2 ] || grep -q "$2" "$1"; }; do
-		n=$((n + 1))
-		[ $n -le 100 ] || return 1
-		sleep 0.1
-	done
-}
-command -v python3 >/dev/null 2>&1 || fail "python3 is needed to read wsd stat --json"
 export WSD_UPGRADE_BYTES=1
 
-"$wsd" run -- "$tuple" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
+"$wsd" run -- "$prog" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
 server=$!
 pids="$pids $server"
 wait_file "$tmp/port" || fail "the server did not start"
@@ -43,7 +21,7 @@ port=$(cat "$tmp/port")
 pids="$pids $!"
 wait_file "$tmp/silent.out" "requests 1" || fail "the silent request was not taken"
 start=$(date +%s%N)
-"$wsd" run -- "$tuple" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
+"$wsd" run -- "$prog" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
 	2>"$tmp/honest.err" &
 honest=$!
 pids="$pids $honest"

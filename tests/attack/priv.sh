@@ -1,9 +1,7 @@
 # Shared by the attack scripts that run processes as another user
-# (access_check.sh, squat_check.sh); sourced, not run.  Sets wsd, prog,
-# tmp (writable by uid 65534), nobody (the command prefix that drops to
-# it), and the helpers below.  Skips (77) unless root with setpriv.
-wsd=${top_builddir:-.}/wsd/wsd
-prog=${top_builddir:-.}/tests/attack/tuple
+# (access_check.sh, squat_check.sh); sourced, not run.  What common.sh
+# sets, tmp writable by uid 65534, nobody (the command prefix that drops
+# to it), and stays_tcp below.  Skips (77) unless root with setpriv.
 if [ "$(id -u)" != 0 ]; then
 	echo "SKIP: needs root, to run the attacker and victims as uid 65534"
 	exit 77
@@ -17,30 +15,14 @@ if [ "${WSD_PAIR_PATH:-shm}" != shm ]; then
 	exit 77
 fi
 nobody="setpriv --reuid=65534 --regid=65534 --clear-groups"
-tmp=$(mktemp -d)
+for f in "${top_builddir:-.}/wsd/wsd" "${top_builddir:-.}/tests/attack/tuple"; do
+	if ! $nobody test -x "$f"; then
+		echo "SKIP: uid 65534 cannot run $f (a build tree it may not enter)"
+		exit 77
+	fi
+done
+. "${srcdir:-.}/tests/attack/common.sh"
 chmod 1777 "$tmp"   # the processes of uid 65534 write their files here
-pids=
-cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$tmp"/*.out "$tmp"/*.err "$tmp"/*.json; do
-		[ -f "$f" ] && { echo "--- $f"; cat "$f"; }
-	done
-	exit 1
-}
-wait_file() {   # FILE [REGEX]: up to 10 s
-	n=0
-	until [ -s "$1" ] && { [ $# -lt 2 ] || grep -q "$2" "$1"; }; do
-		n=$((n + 1))
-		[ $n -le 100 ] || return 1
-		sleep 0.1
-	done
-}
-command -v python3 >/dev/null 2>&1 || fail "python3 is needed to read wsd stat --json"
 # Only shm has the registry these scripts attack; upgrade at the first byte.
 export WSD_TRANSPORT=shm WSD_UPGRADE_BYTES=1
 

@@ -7,38 +7,16 @@
 # the server lives, a plain client's answers stay exact throughout, and a
 # wsd client that connects afterwards is still accelerated.
 set -u
-wsd=${top_builddir:-.}/wsd/wsd
-tuple=${top_builddir:-.}/tests/attack/tuple
+. "${srcdir:-.}/tests/attack/common.sh"
 scribble=${top_builddir:-.}/tests/attack/scribble
-tmp=$(mktemp -d)
-pids=
-cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
-	exit 1
-}
-wait_file() {   # FILE: up to 10 s
-	n=0
-	until [ -s "$1" ]; do
-		n=$((n + 1))
-		[ $n -le 100 ] || return 1
-		sleep 0.1
-	done
-}
-command -v python3 >/dev/null 2>&1 || fail "python3 is needed to read wsd stat --json"
 export WSD_UPGRADE_BYTES=1
 
-"$wsd" run -- "$tuple" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
+"$wsd" run -- "$prog" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
 server=$!
 pids="$pids $server"
 wait_file "$tmp/port" || fail "the server did not start"
 port=$(cat "$tmp/port")
-"$tuple" client "$port" "$tmp/victim" "$tmp/stop" >"$tmp/victim.out" 2>"$tmp/victim.err" &
+"$prog" client "$port" "$tmp/victim" "$tmp/stop" >"$tmp/victim.out" 2>"$tmp/victim.err" &
 victim=$!
 pids="$pids $victim"
 wait_file "$tmp/victim" || fail "the victim did not connect"
@@ -47,7 +25,7 @@ wait_file "$tmp/victim" || fail "the victim did not connect"
 	fail "a case did not end in a reset (above)"
 kill -0 "$server" 2>/dev/null || fail "the server died"
 
-"$wsd" run -- "$tuple" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
+"$wsd" run -- "$prog" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
 	2>"$tmp/honest.err" &
 honest=$!
 pids="$pids $honest"

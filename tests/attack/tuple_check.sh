@@ -9,31 +9,9 @@
 # exact, before, during and after the attack; a wsd client that connects
 # meanwhile is still accelerated.  Over verbs the same runs in the VM rig.
 set -u
-wsd=${top_builddir:-.}/wsd/wsd
-prog=${top_builddir:-.}/tests/attack/tuple
+. "${srcdir:-.}/tests/attack/common.sh"
 src=${srcdir:-.}/tests/attack
 cc=${CC:-cc}
-tmp=$(mktemp -d)
-pids=
-cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
-	exit 1
-}
-wait_file() {   # FILE [REGEX]: up to 10 s
-	n=0
-	until [ -s "$1" ] && { [ $# -lt 2 ] || grep -q "$2" "$1"; }; do
-		n=$((n + 1))
-		[ $n -le 100 ] || return 1
-		sleep 0.1
-	done
-}
-command -v python3 >/dev/null 2>&1 || fail "python3 is needed to read wsd stat --json"
 $cc -shared -fPIC -o "$tmp/forge.so" "$src/forge_shim.c" -ldl ||
 	fail "could not build the attacker's shim"
 export WSD_UPGRADE_BYTES=1 WSD_TRANSPORT=${WSD_TRANSPORT:-auto}

@@ -1,0 +1,31 @@
+# Shared by the attack scripts; sourced, not run.  Sets wsd and prog (the
+# tuple program), a temporary folder tmp removed at exit with every pid in
+# pids killed, and fail and wait_file.
+wsd=${top_builddir:-.}/wsd/wsd
+prog=${top_builddir:-.}/tests/attack/tuple
+# In a sanitizer build libwsd.so carries the ASan runtime, loaded after the
+# program's own (and after an attacker's shim): let it, as run_pair.sh does.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
+tmp=$(mktemp -d)
+pids=
+cleanup() {
+	for p in $pids; do kill -9 "$p" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*"
+	for f in "$tmp"/*.out "$tmp"/*.err "$tmp"/*.json; do
+		[ -f "$f" ] && { echo "--- $f"; cat "$f"; }
+	done
+	exit 1
+}
+wait_file() {   # FILE [REGEX]: up to 10 s
+	n=0
+	until [ -s "$1" ] && { [ $# -lt 2 ] || grep -q "$2" "$1"; }; do
+		n=$((n + 1))
+		[ $n -le 100 ] || return 1
+		sleep 0.1
+	done
+}
+command -v python3 >/dev/null 2>&1 || fail "python3 is needed to read wsd stat --json"
