@@ -366,10 +366,15 @@ int main(int argc, char **argv)
 		const char *why = NULL;
 		int r = open_conn(&c, port, &why);
 
-		if (!r && cases[i].fn(&c))
-			r = -1, why = "could not write into the server's region";
-		if (!r)
+		/*
+		 * A write may fail part way: the server can judge a record by
+		 * its header and reset before the rest lands.  The reset is
+		 * what counts.
+		 */
+		if (!r) {
+			(void)cases[i].fn(&c);
 			r = expect_reset(&c, &why);
+		}
 		printf("%s: %s%s%s\n", cases[i].name, r ? "FAIL: " : "reset", r ? why : "", "");
 		fflush(stdout);
 		failed += r != 0;
