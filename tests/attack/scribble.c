@@ -170,7 +170,7 @@ static int open_conn(struct conn *c, int port, const char **why)
 	 * pages (libwsd.so's memory hooks, which would tell it, are not here).
 	 */
 	if (!region)
-		region = aligned_alloc(4096, P_CTL + RING + 4096);
+		region = aligned_alloc(4096, (P_CTL + RING + 4095) / 4096 * 4096);
 	if (!stage)
 		stage = aligned_alloc(4096, STAGE);
 	if (!region || !stage)
