@@ -63,7 +63,9 @@ def one(pid, pred, what):
 bad = []
 a = one(attacker, lambda s: not s["listening"] and s["peer"], "the attacker")
 # the attack took place: the attacker's switch thinks it took the connection
-if a["path"] != expect or a["copy_tx"] == 0:
+# (whether it sent by ring before the server dropped its session is timing;
+# the server's refusal count, below, says the attack reached it)
+if a["path"] != expect:
     bad.append("the attack did not reach the server: %s" % a)
 if a["copy_rx"] or a["zcopy_rx"]:
     bad.append("the attacker received by ring: %s" % a)
