@@ -266,21 +266,43 @@ int fill_until_eagain(int fd, uint32_t seed)
 {
 	static char buf[64 << 10];
 	int fl = MUST(fcntl(fd, F_GETFL));
+	size_t chunk = sizeof(buf);
 	uint64_t off = 0;
 
 	MUST(fcntl(fd, F_SETFL, fl | O_NONBLOCK));
+	/*
+	 * Full means a single byte does not go in, and still does not after
+	 * 200 ms: what is in flight may yet move to the peer's receive buffer
+	 * (on a busy machine ACKs come late) and free room here, less than a
+	 * large send or POLLOUT needs but enough for the one byte a test then
+	 * expects EAGAIN (or a wait) for.
+	 */
 	for (;;) {
 		ssize_t n;
 
-		pattern(buf, sizeof(buf), seed, off);
-		n = send(fd, buf, sizeof(buf), MSG_NOSIGNAL);
+		pattern(buf, chunk, seed, off);
+		n = send(fd, buf, chunk, MSG_NOSIGNAL);
+		if (n > 0) {
+			off += n;
+			if (off > (1u << 30))
+				die("fill: 1 GiB went in and no EAGAIN");
+			continue;
+		}
+		if (n == 0 || errno != EAGAIN)
+			die("fill: send: %s", ename(errno));
+		if (chunk > 1) {
+			chunk /= 2;
+			continue;
+		}
+		usleep(200000);
+		pattern(buf, 1, seed, off);
+		n = send(fd, buf, 1, MSG_NOSIGNAL);
 		if (n < 0 && errno == EAGAIN)
 			break;
-		if (n <= 0)
+		if (n != 1)
 			die("fill: send: %s", ename(errno));
-		off += n;
-		if (off > (1u << 30))
-			die("fill: 1 GiB went in and no EAGAIN");
+		off += 1;
+		chunk = sizeof(buf);   /* room came: fill it */
 	}
 	MUST(fcntl(fd, F_SETFL, fl));
 	return (int)off;
