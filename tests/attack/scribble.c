@@ -199,9 +199,21 @@ static int open_conn(struct conn *c, int port, const char **why)
 	 * stream.  Its echo comes back by the stream.
 	 */
 	for (int i = 0; i < 100 && !word(c, W_RX_READY); i++, n++) {
-		if (send(c->fd, "a", 1, MSG_NOSIGNAL) != 1 ||
-		    recv(c->fd, &echo, 1, MSG_WAITALL) != 1 || echo != ('a' ^ 0x5a))
-			return *why = "no echo by the stream", -1;
+		ssize_t k;
+
+		if (send(c->fd, "a", 1, MSG_NOSIGNAL) != 1)
+			return *why = "cannot send by the stream", -1;
+		/* the provider's threads may interrupt us with a signal: not the server's doing */
+		do
+			k = recv(c->fd, &echo, 1, MSG_WAITALL);
+		while (k < 0 && errno == EINTR);
+		if (k != 1 || echo != ('a' ^ 0x5a)) {
+			static char b[96];
+
+			snprintf(b, sizeof(b), "no echo by the stream (recv %zd, %s, byte 0x%02x)", k,
+				 k < 0 ? strerror(errno) : "-", k == 1 ? (uint8_t)echo : 0);
+			return *why = b, -1;
+		}
 		/* as the page says: switch only once the server is ready for it */
 		await_word(c, W_RX_READY, 100);
 	}
@@ -237,7 +249,7 @@ static int expect_reset(struct conn *c, const char **why)
 		n = recv(c->fd, b, sizeof(b), MSG_DONTWAIT);
 		if (n == 0 || (n < 0 && errno == ECONNRESET))
 			return 0;
-		if (n < 0 && errno != EAGAIN)
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
 			return *why = "the stream failed otherwise", -1;
 		/* its proof, its doorbells, an echo by the stream: not what we wait for */
 	}

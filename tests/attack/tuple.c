@@ -95,7 +95,14 @@ static int read_all(int fd, char *p, size_t n, int ms)
 		int64_t left = end - now_ms();
 		ssize_t k;
 
-		if (left <= 0 || poll(&q, 1, (int)left) <= 0)
+		int r;
+
+		if (left <= 0)
+			return -1;
+		r = poll(&q, 1, (int)left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
 			return -1;
 		k = recv(fd, p, n, MSG_DONTWAIT);
 		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
