@@ -508,7 +508,6 @@ void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss)
 	publish_rx_ready(s);
 	pthread_mutex_unlock(&s->mu);
 	became_accel(s, was);
-	prove_self(s);
 	wsd_debug("switch: fd %d attached (%s)", s->fd, ss->path == PATH_VERBS ? "verbs" : "shm");
 }
 
@@ -2773,8 +2772,6 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 	if (s->rx_shut || s->peer_fin || s->tcp_eof || s->tcp_err ||
 	    wsd_prefix_has_data(s->pre))
 		return true;
-	if (s->connected_side)
-		prove_self(s);
 	rx_settle(s, false);
 	check_back(s);
 	if (s->rx_back) {
