@@ -29,3 +29,26 @@ wait_file() {   # FILE [REGEX]: up to 10 s
 	done
 }
 command -v python3 >/dev/null 2>&1 || fail "python3 is needed to read wsd stat --json"
+
+# start_server: the echo server under wsd run; sets server (pid) and port.
+start_server() {
+	"$wsd" run -- "$prog" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
+	server=$!
+	pids="$pids $server"
+	wait_file "$tmp/port" || fail "the server did not start"
+	port=$(cat "$tmp/port")
+}
+# start_client NAME [wsd]: a client of the server until $tmp/stop exists,
+# plain or under wsd run; sets client (pid) and cport (its local port).
+start_client() {
+	if [ "${2:-}" = wsd ]; then
+		"$wsd" run -- "$prog" client "$port" "$tmp/$1" "$tmp/stop" >"$tmp/$1.out" \
+			2>"$tmp/$1.err" &
+	else
+		"$prog" client "$port" "$tmp/$1" "$tmp/stop" >"$tmp/$1.out" 2>"$tmp/$1.err" &
+	fi
+	client=$!
+	pids="$pids $client"
+	wait_file "$tmp/$1" || fail "the $1 client did not connect"
+	cport=$(cat "$tmp/$1")
+}

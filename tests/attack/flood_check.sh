@@ -11,22 +11,14 @@ set -u
 flood=${top_builddir:-.}/tests/attack/flood
 export WSD_UPGRADE_BYTES=1
 
-"$wsd" run -- "$prog" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
-server=$!
-pids="$pids $server"
-wait_file "$tmp/port" || fail "the server did not start"
-port=$(cat "$tmp/port")
+start_server
 
 "$flood" silent "$port" 1 >"$tmp/silent.out" 2>"$tmp/silent.err" &
 pids="$pids $!"
 wait_file "$tmp/silent.out" "requests 1" || fail "the silent request was not taken"
 start=$(date +%s%N)
-"$wsd" run -- "$prog" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
-	2>"$tmp/honest.err" &
-honest=$!
-pids="$pids $honest"
-wait_file "$tmp/honest" || fail "the honest client did not connect"
-hport=$(cat "$tmp/honest")
+start_client honest wsd
+honest=$client hport=$cport
 # accelerated while the silent request still holds its handshake (5 s)
 ok=
 while [ $(( ($(date +%s%N) - start) / 1000000 )) -lt 4000 ]; do

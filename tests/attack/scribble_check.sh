@@ -11,26 +11,16 @@ set -u
 scribble=${top_builddir:-.}/tests/attack/scribble
 export WSD_UPGRADE_BYTES=1
 
-"$wsd" run -- "$prog" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
-server=$!
-pids="$pids $server"
-wait_file "$tmp/port" || fail "the server did not start"
-port=$(cat "$tmp/port")
-"$prog" client "$port" "$tmp/victim" "$tmp/stop" >"$tmp/victim.out" 2>"$tmp/victim.err" &
-victim=$!
-pids="$pids $victim"
-wait_file "$tmp/victim" || fail "the victim did not connect"
+start_server
+start_client victim
+victim=$client
 
 "$scribble" "$port" >"$tmp/scribble.out" 2>"$tmp/scribble.err" ||
 	fail "a case did not end in a reset (above)"
 kill -0 "$server" 2>/dev/null || fail "the server died"
 
-"$wsd" run -- "$prog" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
-	2>"$tmp/honest.err" &
-honest=$!
-pids="$pids $honest"
-wait_file "$tmp/honest" || fail "the honest client did not connect"
-hport=$(cat "$tmp/honest")
+start_client honest wsd
+honest=$client hport=$cport
 ok=
 for i in $(seq 100); do
 	"$wsd" stat --json "$server" >"$tmp/stat.json" 2>/dev/null

@@ -17,11 +17,7 @@ $cc -shared -fPIC -o "$tmp/forge.so" "$src/forge_shim.c" -ldl ||
 export WSD_UPGRADE_BYTES=1 WSD_TRANSPORT=${WSD_TRANSPORT:-auto}
 expect=${WSD_PAIR_PATH:-shm}
 
-"$wsd" run -- "$prog" server "$tmp/port" >"$tmp/server.out" 2>"$tmp/server.err" &
-server=$!
-pids="$pids $server"
-wait_file "$tmp/port" || fail "the server did not start"
-port=$(cat "$tmp/port")
+start_server
 
 # the victim: plain, no wsd
 "$prog" client "$port" "$tmp/victim" "$tmp/stop" >"$tmp/victim.out" 2>"$tmp/victim.err" &
