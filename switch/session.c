@@ -952,7 +952,7 @@ static int set_prefix(struct wsd_sock *s, const uint8_t *data, size_t len);
  * rx_lock held: a SWITCH record at the head moves rx to DRAIN (or straight
  * to PROOF when every stream byte before the switch point was read).
  */
-static void check_switch(struct wsd_sock *s)
+static void check_switch(struct wsd_sock *s, bool tx_locked)
 {
 	struct wsd_session *ss = s->sess;
 	struct wire_rec r;
@@ -967,7 +967,7 @@ static void check_switch(struct wsd_sock *s)
 	if (wsd_wire_switch_check(n, s->tcp_rx, &why)) {
 		/* e.g. stream bytes we delivered that it says it never sent */
 		if (peer_untrusted(ss))
-			proof_fail(s, why, false);
+			proof_fail(s, why, tx_locked);
 		else
 			protocol_fail(ss, why);
 		return;
@@ -996,17 +996,25 @@ static void check_switch(struct wsd_sock *s)
 static void proof_fail(struct wsd_sock *s, const char *why, bool tx_locked)
 {
 	struct wsd_session *ss = s->sess;
+	bool reset;
 
-	if (!peer_untrusted(ss) || s->tx_mode == DIR_RING ||
-	    (s->proof_got && set_prefix(s, ss->nonce, s->proof_got))) {
+	/* tx_mode and tx_back are the sender's: decided and set under its lock */
+	if (!tx_locked)
+		pthread_mutex_lock(&s->tx_lock);
+	reset = !peer_untrusted(ss) || s->tx_mode == DIR_RING ||
+		(s->proof_got && set_prefix(s, ss->nonce, s->proof_got));
+	if (!reset) {
+		s->proof_got = 0;
+		s->rx_mode = DIR_TCP;
+		s->rx_back = true;
+		s->tx_back = true;   /* our sending side never switched, nor will */
+	}
+	if (!tx_locked)
+		pthread_mutex_unlock(&s->tx_lock);
+	if (reset) {
 		session_fail(ss, R_AUTH, why);
 		return;
 	}
-	(void)tx_locked;
-	s->proof_got = 0;
-	s->rx_mode = DIR_TCP;
-	s->rx_back = true;
-	s->tx_back = true;   /* our sending side never switched, nor will */
 	wsd_debug("switch: fd %d: the ring's peer failed its proof (%s): plain TCP", s->fd, why);
 	wsd_session_abandon(ss);
 	plain_again(s, R_AUTH);
@@ -1106,7 +1114,7 @@ static size_t proof_in_read(struct wsd_sock *s, const struct cursor *c, size_t l
  */
 static void rx_settle(struct wsd_sock *s, bool tx_locked)
 {
-	check_switch(s);
+	check_switch(s, tx_locked);
 	if (s->rx_mode == DIR_DRAIN && s->tcp_rx == s->rx_switch_at)
 		s->rx_mode = DIR_PROOF;
 	if (s->rx_mode == DIR_PROOF)
@@ -1746,7 +1754,7 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	if (s->connected_side)
 		prove_self(s);
 	for (;;) {
-		check_switch(s);
+		check_switch(s, false);
 		check_back(s);
 		if (s->rx_back && s->rx_skip) {
 			n = pre_recv(s, c, flags);
@@ -1789,7 +1797,7 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 		 * proof, then bells.
 		 */
 		n = kernel_recv(s, c, want, (flags & MSG_PEEK) | MSG_DONTWAIT);
-		check_switch(s);
+		check_switch(s, false);
 		if (s->rx_mode != DIR_TCP) {
 			uint64_t left = s->rx_switch_at - s->tcp_rx;
 
