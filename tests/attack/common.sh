@@ -52,3 +52,20 @@ start_client() {
 	wait_file "$tmp/$1" || fail "the $1 client did not connect"
 	cport=$(cat "$tmp/$1")
 }
+# accelerated MS PORT [more python]: within MS milliseconds the server's
+# connection from local port PORT is on path shm (and the condition holds,
+# over the socket s); 0, else 1.
+accelerated() {
+	t_end=$(( $(date +%s%N) / 1000000 + $1 ))
+	while [ $(( $(date +%s%N) / 1000000 )) -lt "$t_end" ]; do
+		"$wsd" stat --json "$server" >"$tmp/accel.json" 2>/dev/null &&
+		python3 -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+ok = any(s["peer"] and s["peer"].endswith(":" + sys.argv[2]) and s["path"] == "shm"
+         and eval(sys.argv[3]) for p in st["processes"] for s in p["sockets"])
+sys.exit(0 if ok else 1)' "$tmp/accel.json" "$2" "${3:-True}" && return 0
+		sleep 0.05
+	done
+	return 1
+}

@@ -21,21 +21,8 @@ kill -0 "$server" 2>/dev/null || fail "the server died"
 
 start_client honest wsd
 honest=$client hport=$cport
-ok=
-for i in $(seq 100); do
-	"$wsd" stat --json "$server" >"$tmp/stat.json" 2>/dev/null
-	if python3 -c '
-import json, sys
-st = json.load(open(sys.argv[1]))
-ok = any(s["peer"] and s["peer"].endswith(":" + sys.argv[2]) and s["path"] == "shm"
-         and s["copy_rx"] > 0 for p in st["processes"] for s in p["sockets"])
-sys.exit(0 if ok else 1)' "$tmp/stat.json" "$hport"; then
-		ok=1
-		break
-	fi
-	sleep 0.1
-done
-[ -n "$ok" ] || fail "a wsd client is no longer accelerated by the server"
+accelerated 10000 "$hport" 's["copy_rx"] > 0' ||
+	fail "a wsd client is no longer accelerated by the server"
 touch "$tmp/stop"
 wait "$victim" || fail "the plain client saw a wrong answer or none"
 wait "$honest" || fail "the wsd client saw a wrong answer or none"

@@ -20,11 +20,8 @@ expect=${WSD_PAIR_PATH:-shm}
 start_server
 
 # the victim: plain, no wsd
-"$prog" client "$port" "$tmp/victim" "$tmp/stop" >"$tmp/victim.out" 2>"$tmp/victim.err" &
-victim=$!
-pids="$pids $victim"
-wait_file "$tmp/victim" || fail "the victim did not connect"
-vport=$(cat "$tmp/victim")
+start_client victim
+victim=$client vport=$cport
 sleep 0.3   # some calls before the attack
 
 LD_PRELOAD=$tmp/forge.so WSD_FORGE_PORT=$vport \
@@ -32,12 +29,9 @@ LD_PRELOAD=$tmp/forge.so WSD_FORGE_PORT=$vport \
 attacker=$!
 pids="$pids $attacker"
 # an honest wsd client meanwhile
-"$wsd" run -- "$prog" client "$port" "$tmp/honest" "$tmp/stop" >"$tmp/honest.out" \
-	2>"$tmp/honest.err" &
-honest=$!
-pids="$pids $honest"
+start_client honest wsd
+honest=$client
 wait_file "$tmp/attack.out" "reading" || fail "the attacker did not get to its reads"
-wait_file "$tmp/honest" || fail "the honest client did not connect"
 sleep 0.5
 "$wsd" stat --json "$server" "$attacker" "$honest" >"$tmp/stat.json" 2>"$tmp/stat.err" ||
 	fail "wsd stat: $(cat "$tmp/stat.err")"
