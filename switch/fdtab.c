@@ -160,6 +160,11 @@ struct wsd_sock *wsd_sock_new(int fd, int family)
 	s->stat->fd = fd;
 	s->stat->reason = R_PENDING;
 	wsd_stat_end(s->stat);
+	if (wsd_guard_stopped()) {
+		s->no_upgrade = true;
+		s->why_not = (uint8_t)wsd_guard_stopped();
+		s->stat->reason = s->why_not;
+	}
 	return s;
 }
 

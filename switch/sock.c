@@ -350,7 +350,7 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
  * not answer within BACK_MS leaves its connection as it was (the child's
  * copy detached; for exec, shut).
  */
-#define BACK_MS 1000
+#define BACK_MS WSD_BACK_MS
 
 struct sock_list {
 	struct wsd_sock **socks;
@@ -380,10 +380,7 @@ static void list_free(struct sock_list *l)
 	free(l->socks);
 }
 
-static bool upgraded(const struct wsd_sock *s)
-{
-	return s->sess && !s->detached && !(s->rx_back && s->tx_back);
-}
+#define upgraded wsd_sock_upgraded
 
 static void note_fork(int fd, struct wsd_sock *s, void *arg)
 {

@@ -107,6 +107,9 @@ enum wsd_reason {
 	R_BACK,            /* moved back to the kernel stream for fork or exec */
 	R_AUTH,            /* the ring's peer did not prove it holds the TCP connection */
 	R_BUSY,            /* the peer's registry had too many requests in hand */
+	R_IO_URING,        /* the process made an io_uring of its own: no more upgrades */
+	R_BYPASS,          /* a byte moved by a call the switch did not see: reset */
+	R_RESOURCES,       /* descriptors or memory near the program's limits */
 	R_NREASONS
 };
 
@@ -133,6 +136,9 @@ static inline const char *wsd_reason_name(unsigned r)
 		[R_BACK] = "back",
 		[R_AUTH] = "auth",
 		[R_BUSY] = "busy",
+		[R_IO_URING] = "io-uring",
+		[R_BYPASS] = "bypass",
+		[R_RESOURCES] = "resources",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
 
@@ -214,6 +220,12 @@ struct wsd_sock {
 };
 
 enum { UP_NONE = 0, UP_QUEUED, UP_RUNNING, UP_DONE, UP_FAILED };
+
+/* Moved off the kernel stream in at least one direction, in this process. */
+static inline bool wsd_sock_upgraded(const struct wsd_sock *s)
+{
+	return s->sess && !s->detached && !(s->rx_back && s->tx_back);
+}
 
 /* ---- fd table (fdtab.c) ------------------------------------------------------ */
 
@@ -370,6 +382,32 @@ void wsd_upgrade_atfork_child(void);
 /* The path an fd's connection takes: "tcp", "shm", "verbs", or NULL for no
  * socket of ours.  Exported for tests and tools (libwsd(7)). */
 EXPORT const char *wsd_switch_path(int fd);
+
+/* ---- guards: paths the switch cannot see, the program's limits (guard.c) ---- */
+
+/* How long a peer's switch has to answer a BACK request (fork, exec, guards). */
+#define WSD_BACK_MS 1000
+
+/*
+ * The reason no socket of this process upgrades any more (R_IO_URING), or
+ * R_NONE.  New sockets start with it as their why_not.
+ */
+enum wsd_reason wsd_guard_stopped(void);
+
+/*
+ * s stays on the kernel stream for good (why: its reason in wsd stat).  An
+ * upgrade under way is waited for; an upgraded socket goes back to the
+ * stream byte-exact first (wsd_sock_downgrade).  0 once s is plain TCP;
+ * -errno when the peer's switch did not answer (s is then as it was).
+ * Call it holding none of s's locks.
+ */
+int wsd_sock_keep_tcp(struct wsd_sock *s, enum wsd_reason why);
+
+/*
+ * The process made an io_uring the provider does not own: every socket
+ * goes back to (or stays on) TCP, and nothing upgrades any more.
+ */
+void wsd_guard_io_uring(void);
 
 /* ---- runtime ------------------------------------------------------------------ */
 
