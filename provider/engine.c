@@ -3,11 +3,71 @@
 #include <poll.h>
 #include <string.h>
 
+#include <pthread.h>
+#include <stdlib.h>
+
 #include "provider/engine.h"
+
+__thread bool wsd_uring_own_call;
+
+/* Our ring fds: a few per process (the engine's, one per completion port). */
+static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
+static int *own_fds;
+static size_t own_n, own_cap;
+
+int wsd_uring_init(unsigned entries, struct io_uring *ring)
+{
+	int ret;
+
+	wsd_uring_own_call = true;
+	ret = io_uring_queue_init(entries, ring, 0);
+	wsd_uring_own_call = false;
+	if (ret < 0)
+		return ret;
+	pthread_mutex_lock(&own_lock);
+	if (own_n == own_cap) {
+		size_t cap = own_cap ? 2 * own_cap : 8;
+		int *p = realloc(own_fds, cap * sizeof(*p));
+
+		if (!p) {
+			pthread_mutex_unlock(&own_lock);
+			io_uring_queue_exit(ring);
+			return -ENOMEM;
+		}
+		own_fds = p;
+		own_cap = cap;
+	}
+	own_fds[own_n++] = ring->ring_fd;
+	pthread_mutex_unlock(&own_lock);
+	return 0;
+}
+
+void wsd_uring_exit(struct io_uring *ring)
+{
+	pthread_mutex_lock(&own_lock);
+	for (size_t i = 0; i < own_n; i++)
+		if (own_fds[i] == ring->ring_fd) {
+			own_fds[i] = own_fds[--own_n];
+			break;
+		}
+	pthread_mutex_unlock(&own_lock);
+	io_uring_queue_exit(ring);
+}
+
+bool wsd_uring_is_own(int fd)
+{
+	bool own = false;
+
+	pthread_mutex_lock(&own_lock);
+	for (size_t i = 0; i < own_n && !own; i++)
+		own = own_fds[i] == fd;
+	pthread_mutex_unlock(&own_lock);
+	return own;
+}
 
 int wsd_engine_init(struct wsd_engine *e)
 {
-	int ret = io_uring_queue_init(4, &e->ring, 0);
+	int ret = wsd_uring_init(4, &e->ring);
 
 	e->ready = ret == 0;
 	return ret;
@@ -16,7 +76,7 @@ int wsd_engine_init(struct wsd_engine *e)
 void wsd_engine_fini(struct wsd_engine *e)
 {
 	if (e->ready)
-		io_uring_queue_exit(&e->ring);
+		wsd_uring_exit(&e->ring);
 	e->ready = 0;
 }
 

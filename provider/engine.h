@@ -8,6 +8,7 @@
 #define WSD_PROVIDER_ENGINE_H
 
 #include <liburing.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct wsd_engine {
@@ -16,6 +17,18 @@ struct wsd_engine {
 };
 
 #define WSD_ENGINE_API __attribute__((visibility("hidden")))
+
+/*
+ * The provider's own io_urings are made and ended only through these: the
+ * switch moves a program's connections back to TCP when the program makes
+ * an io_uring of its own (it could move socket bytes no preload sees), and
+ * must not count ours.  wsd_uring_own_call is true inside them; a ring fd
+ * of ours answers true to wsd_uring_is_own.
+ */
+WSD_ENGINE_API int wsd_uring_init(unsigned entries, struct io_uring *ring);
+WSD_ENGINE_API void wsd_uring_exit(struct io_uring *ring);
+WSD_ENGINE_API bool wsd_uring_is_own(int fd);
+WSD_ENGINE_API extern __thread bool wsd_uring_own_call;
 
 WSD_ENGINE_API int wsd_engine_init(struct wsd_engine *e);
 WSD_ENGINE_API void wsd_engine_fini(struct wsd_engine *e);

@@ -8,8 +8,14 @@
  * wsd-protocol(7)) and upgrades no more, with its reason in wsd stat.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "provider/internal.h"
 #include "switch/switch.h"
@@ -99,8 +105,195 @@ void wsd_guard_io_uring(void)
 		return;
 	wsd_fd_each(note, &l);
 	for (size_t i = 0; i < l.n; i++) {
-		wsd_sock_keep_tcp(l.socks[i], R_IO_URING);
-		wsd_sock_put(l.socks[i]);
+		struct wsd_sock *s = l.socks[i];
+
+		/* the ring may read the kernel socket: nothing of ours may sit before its bytes */
+		wsd_sock_keep_tcp(s, R_IO_URING);
+		wsd_sock_bare(s, R_IO_URING, WSD_BACK_MS);
+		wsd_sock_put(s);
 	}
 	free(l.socks);
+}
+
+/* ---- io_uring ------------------------------------------------------------------ */
+
+/*
+ * A ring of the program's own can send and receive on a socket without a
+ * call the switch sees.  liburing makes its rings with inline system calls,
+ * so its entry points are interposed here (and io_uring_setup through
+ * syscall() in raw.c); the provider's own rings pass through
+ * wsd_uring_init, which says so.
+ */
+static void *next_sym(const char *name)
+{
+	void *p = dlsym(RTLD_NEXT, name);
+
+	if (!p) {
+		fprintf(stderr, "libwsd: no %s behind the switch: %s\n", name, dlerror());
+		abort();
+	}
+	return p;
+}
+
+EXPORT int io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
+				      struct io_uring_params *p)
+{
+	static int (*next)(unsigned, struct io_uring *, struct io_uring_params *);
+	bool own = wsd_uring_own_call;
+	int r;
+
+	if (!next)
+		next = next_sym("io_uring_queue_init_params");
+	r = next(entries, ring, p);
+	if (r == 0 && !own)
+		wsd_guard_io_uring();
+	return r;
+}
+
+EXPORT int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags)
+{
+	static int (*next)(unsigned, struct io_uring *, unsigned);
+	bool own = wsd_uring_own_call;
+	int r;
+
+	if (!next)
+		next = next_sym("io_uring_queue_init");
+	r = next(entries, ring, flags);
+	if (r == 0 && !own)
+		wsd_guard_io_uring();
+	return r;
+}
+
+EXPORT int io_uring_setup(unsigned entries, struct io_uring_params *p)
+{
+	static int (*next)(unsigned, struct io_uring_params *);
+	bool own = wsd_uring_own_call;
+	int r;
+
+	if (!next)
+		next = next_sym("io_uring_setup");
+	r = next(entries, p);
+	if (r >= 0 && !own)
+		wsd_guard_io_uring();
+	return r;
+}
+
+/*
+ * The backstop: a ring made by an inline system call (a statically linked
+ * helper library, a runtime without the C library) shows in /proc/self/fd.
+ * Looked for before an upgrade, at most every SCAN_MS.
+ */
+#define SCAN_MS 100
+
+static bool foreign_ring(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		char path[64], link[32];
+		ssize_t n;
+		int fd;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		fd = atoi(e->d_name);
+		if (fd == dirfd(d))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		found = !strcmp(link, "anon_inode:[io_uring]") && !wsd_uring_is_own(fd);
+	}
+	closedir(d);
+	return found;
+}
+
+void wsd_guard_scan(void)
+{
+	static _Atomic int64_t last;
+	int64_t now = wsd_now_ms(), then = atomic_load(&last);
+
+	if (wsd_guard_stopped() || now - then < SCAN_MS ||
+	    !atomic_compare_exchange_strong(&last, &then, now))
+		return;
+	if (foreign_ring())
+		wsd_guard_io_uring();
+}
+
+/* ---- the program's limits --------------------------------------------------------- */
+
+/*
+ * The kernel gives a new descriptor the lowest free number below
+ * RLIMIT_NOFILE: every descriptor the switch holds is one the program may
+ * find missing at its next accept, open or socket.  So the switch takes
+ * descriptors (and maps memory under RLIMIT_AS) only while a reserve of
+ * an eighth of the limit, at least RESERVE_FDS, would stay free after.
+ */
+#define RESERVE_FDS 32
+
+/* Open descriptors; a cheap upper bound first (the table's size), exact when that is close. */
+static long open_fds(long limit, long need)
+{
+	char line[128];
+	long size = -1, n = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+	DIR *d;
+	struct dirent *e;
+
+	if (f) {
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "FDSize:", 7)) {
+				size = atol(line + 7);
+				break;
+			}
+		fclose(f);
+	}
+	if (size >= 0 && size + need <= limit)
+		return size;
+	if (!(d = opendir("/proc/self/fd")))
+		return limit;   /* unknown: as if full */
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1;           /* the directory's own */
+}
+
+static uint64_t mapped_bytes(void)
+{
+	unsigned long long pages = 0;
+	FILE *f = fopen("/proc/self/statm", "re");
+
+	if (f) {
+		if (fscanf(f, "%llu", &pages) != 1)
+			pages = 0;
+		fclose(f);
+	}
+	return (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+bool wsd_guard_room(int fds, uint64_t bytes)
+{
+	struct rlimit rl;
+
+	if (fds > 0 && !getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY) {
+		long limit = (long)rl.rlim_cur;
+		long reserve = limit / 8 > RESERVE_FDS ? limit / 8 : RESERVE_FDS;
+
+		if (open_fds(limit, fds + reserve) + fds + reserve > limit)
+			return false;
+	}
+	if (bytes && !getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY) {
+		uint64_t limit = rl.rlim_cur;
+
+		if (mapped_bytes() + bytes + limit / 8 > limit)
+			return false;
+	}
+	return true;
 }

@@ -754,7 +754,8 @@ static void session_fail(struct wsd_session *ss, enum wsd_reason reason, const c
 					 __ATOMIC_ACQUIRE))
 		return;
 	wsd_debug("switch: fd %d: %s: %s: connection reset", s ? s->fd : -1,
-		  reason == R_AUTH ? "the ring's peer failed its proof" : "protocol violation", why);
+		  reason == R_AUTH ? "the ring's peer failed its proof" :
+		  reason == R_PROTOCOL ? "protocol violation" : wsd_reason_name(reason), why);
 	if (!s)
 		return;
 	s->tcp_err = true;
@@ -3147,6 +3148,46 @@ int wsd_sock_share_skip(struct wsd_sock *s)
 	r = s->rx_skip && !s->pre ? set_prefix(s, NULL, 0) : 0;
 	pthread_mutex_unlock(&s->rx_lock);
 	return r;
+}
+
+/*
+ * The program will read the kernel socket by a path the switch does not
+ * see (io_uring): once the socket went back to the stream, nothing of ours
+ * may stand before the stream's bytes.  The peer's doorbells still on
+ * their way are read now (ms at most).  Bytes that arrived by ring unread
+ * (the prefix) cannot be put back in front of the stream, so then, and
+ * when the socket did not go back at all (the peer's switch did not
+ * answer), the connection is reset: the program's next call fails,
+ * loudly, rather than read a stream with a hole in it.
+ */
+int wsd_sock_bare(struct wsd_sock *s, enum wsd_reason why, int ms)
+{
+	int64_t end = wsd_now_ms() + ms;
+	struct wsd_session *ss = s->sess;
+	const char *bad = NULL;
+
+	if (!ss || s->detached)
+		return 0;
+	pthread_mutex_lock(&s->rx_lock);
+	if (!faulted(ss)) {
+		while (s->rx_back && s->rx_skip && skip_bells(s, &s->rx_skip) == -EAGAIN &&
+		       wsd_now_ms() < end) {
+			struct pollfd p = { .fd = s->fd, .events = POLLIN };
+
+			real.poll(&p, 1, TICK_MS);
+		}
+		if (!(s->rx_back && s->tx_back))
+			bad = "its peer's switch did not move back to the stream in time";
+		else if (s->rx_skip || (s->pre && s->pre->skip))
+			bad = "the peer's doorbells did not arrive in time";
+		else if (wsd_prefix_has_data(s->pre))
+			bad = "data that came by ring is still unread";
+	}
+	pthread_mutex_unlock(&s->rx_lock);
+	if (!bad)
+		return 0;
+	session_fail(ss, why, bad);
+	return -ECONNRESET;
 }
 
 int wsd_sock_downgrade(struct wsd_sock *s, int ms)

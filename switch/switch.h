@@ -314,6 +314,14 @@ void wsd_sock_closed(struct wsd_sock *s);   /* the last fd went: tell the peer *
  * the session goes on as it was.
  */
 int wsd_sock_downgrade(struct wsd_sock *s, int ms);
+/*
+ * After wsd_sock_downgrade, for a program that reads the kernel socket
+ * itself (io_uring): the peer's doorbells still on the stream are read (ms
+ * at most); 0 when the stream's next byte is data.  Otherwise (bytes that
+ * came by ring unread, bells that never came, a socket not back) the
+ * connection is reset with reason why, and -ECONNRESET.
+ */
+int wsd_sock_bare(struct wsd_sock *s, enum wsd_reason why, int ms);
 /* A plain socket's peer doorbells still to skip go into s->pre (before fork). */
 int wsd_sock_share_skip(struct wsd_sock *s);
 
@@ -408,6 +416,16 @@ int wsd_sock_keep_tcp(struct wsd_sock *s, enum wsd_reason why);
  * goes back to (or stays on) TCP, and nothing upgrades any more.
  */
 void wsd_guard_io_uring(void);
+/* The backstop: an io_uring not ours among the process's fds (at most every 100 ms). */
+void wsd_guard_scan(void);
+
+/*
+ * The switch may take fds more descriptors and map bytes more memory and
+ * still leave the program its reserve below RLIMIT_NOFILE and RLIMIT_AS
+ * (an eighth of each, at least 32 descriptors).  False: stay on TCP,
+ * reason R_RESOURCES.
+ */
+bool wsd_guard_room(int fds, uint64_t bytes);
 
 /* ---- runtime ------------------------------------------------------------------ */
 

@@ -42,6 +42,17 @@
 static struct wsd_switch_params params;
 static pthread_once_t params_once = PTHREAD_ONCE_INIT;
 
+/*
+ * What an upgrade costs the process (measured: 9 descriptors a connection
+ * for its provider connection, memory, eventfds and completion path; about
+ * as many for the provider's start and a listener's registry entry), and
+ * its rings' memory.  The switch takes them only with room to spare
+ * (wsd_guard_room).
+ */
+#define UPGRADE_FDS 10
+#define START_FDS 12
+#define upgrade_bytes() (2 * (uint64_t)wsd_switch_params()->ring_size + (1u << 20))
+
 static void params_init(void)
 {
 	long ring = wsd_param_long("WSD_SWITCH_RING"), zc;
@@ -292,6 +303,12 @@ static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello 
 		refuse(ws, s->no_upgrade ? (enum wsd_reason)s->why_not : R_REFUSED);
 		return;
 	}
+	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes())) {
+		refuse(ws, R_RESOURCES);
+		atomic_store(&s->upgrade_state, UP_FAILED);
+		set_reason(s, R_RESOURCES);
+		return;
+	}
 	ss = wsd_session_new(ws, path_of(ws));
 	if (!ss) {
 		refuse(ws, R_PROVIDER);
@@ -378,6 +395,7 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 		drop(ws);
 		return;
 	}
+	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
 	e = wsd_wire_hello_check(&h, MSG_HELLO, &why);
 	if (e || t->version != WSD_PROTO_VERSION) {
 		wsd_debug("switch: a HELLO refused: %s", e ? why : "tuple: another version");
@@ -522,7 +540,15 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 	s->stat->listening = 1;
 	s->stat->reason = R_LISTENER;
 	wsd_stat_end(s->stat);
-	if (!wsd_switch_params()->enabled || !wsd_spi())
+	if (!wsd_switch_params()->enabled)
+		return;
+	if (!wsd_guard_room(START_FDS, 0)) {
+		set_reason(s, R_RESOURCES);
+		wsd_debug("switch: the listener on port %u stays plain: near the descriptor limit",
+			  sa.port);
+		return;
+	}
+	if (!wsd_spi())
 		return;
 	pthread_mutex_lock(&up_lock);
 	for (r = regs; r; r = r->next)
@@ -756,7 +782,8 @@ static bool start_worker(void)
 
 void wsd_upgrade_prestart(void)
 {
-	if (__atomic_load_n(&worker_up, __ATOMIC_RELAXED) || !wsd_switch_params()->enabled)
+	if (__atomic_load_n(&worker_up, __ATOMIC_RELAXED) || !wsd_switch_params()->enabled ||
+	    !wsd_guard_room(START_FDS, 0))
 		return;
 	pthread_mutex_lock(&up_lock);
 	start_worker();
@@ -793,8 +820,18 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 	    (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - s->created_ns <
 	    p->upgrade_ns)
 		return;
+	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
+	if (s->no_upgrade) {
+		if (atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_FAILED))
+			set_reason(s, (enum wsd_reason)s->why_not);
+		return;
+	}
 	if (!atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_QUEUED))
 		return;
+	if (!wsd_guard_room(UPGRADE_FDS + (worker_up ? 0 : START_FDS), upgrade_bytes())) {
+		fail(s, R_RESOURCES);
+		return;
+	}
 	if (!wsd_spi() || !(j = calloc(1, sizeof(*j)))) {
 		fail(s, R_PROVIDER);
 		return;

@@ -40,7 +40,7 @@ int wsd_port_create(struct wsd_port **out)
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	ret = io_uring_queue_init(256, &p->ring, 0);
+	ret = wsd_uring_init(256, &p->ring);
 	if (ret < 0) {
 		free(p);
 		return ret;
@@ -247,7 +247,7 @@ int wsd_port_close(struct wsd_port *p)
 		free(io_uring_cqe_get_data(cqe));
 		io_uring_cqe_seen(&p->ring, cqe);
 	}
-	io_uring_queue_exit(&p->ring);
+	wsd_uring_exit(&p->ring);
 	pthread_mutex_destroy(&p->sq_lock);
 	pthread_mutex_destroy(&p->cq_lock);
 	pthread_mutex_destroy(&p->state_lock);

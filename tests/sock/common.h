@@ -132,6 +132,10 @@ void settle(int fd, bool first);
  * stderr only, so the transcript stays the same with and without wsd.
  */
 void expect_path(int fd);
+/* Under WSD_EXPECT_PATH only: fd takes path want now (say "tcp"), or exit 1. */
+void expect_path_now(int fd, const char *want);
+/* Under wsd run (WSD_EXPECT_PATH, WSD_BIN): wsd stat gives fd this reason, or die. */
+void expect_reason(int fd, const char *reason);
 /* Under wsd run (WSD_EXPECT_PATH, and WSD_BIN naming the wsd command): bytes
  * went by zero copy on fd, as wsd stat --json says, or die. */
 void expect_zcopy(int fd);

@@ -238,15 +238,12 @@ void warmup(int fd, bool first)
 	expect_path(fd);
 }
 
-void expect_path(int fd)
+/* fd takes path want now, or exit 1 (stderr only). */
+static void check_path(int fd, const char *want)
 {
-	const char *want = getenv("WSD_EXPECT_PATH");
-	const char *(*path_of)(int);
+	const char *(*path_of)(int) = path_fn();
 	const char *got;
 
-	if (!want || !*want)
-		return;
-	path_of = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
 	if (!path_of) {
 		fprintf(stderr, "%s[%d]: wsd_switch_path not found: not running under the switch\n",
 			t_argv0 ? t_argv0 : "test", (int)getpid());
@@ -255,11 +252,27 @@ void expect_path(int fd)
 	}
 	got = path_of(fd);
 	if (!got || strcmp(got, want)) {
-		fprintf(stderr, "%s[%d]: fd %d takes path %s, WSD_EXPECT_PATH wants %s\n",
+		fprintf(stderr, "%s[%d]: fd %d takes path %s, the test wants %s\n",
 			t_argv0 ? t_argv0 : "test", (int)getpid(), fd, got ? got : "(none)", want);
 		fflush(tr);
 		_exit(1);
 	}
+}
+
+void expect_path(int fd)
+{
+	const char *want = getenv("WSD_EXPECT_PATH");
+
+	if (want && *want)
+		check_path(fd, want);
+}
+
+void expect_path_now(int fd, const char *want)
+{
+	const char *env = getenv("WSD_EXPECT_PATH");
+
+	if (env && *env)
+		check_path(fd, want);
 }
 
 int fill_until_eagain(int fd, uint32_t seed)
@@ -334,22 +347,48 @@ void drain_exactly(int fd, int len, uint32_t seed)
 }
 
 /* Under wsd run: bytes went by zero copy on fd (wsd stat --json). */
-void expect_zcopy(int fd)
+/* `wsd stat --json` for this process into out; false when not under wsd run. */
+static bool stat_json(char *out, size_t size)
 {
 	const char *wsd = getenv("WSD_BIN");
-	char cmd[512], key[32], out[65536], *p;
-	unsigned long long tx = 0, rx = 0;
+	char cmd[512];
 	size_t n;
 	FILE *f;
 
 	if (!getenv("WSD_EXPECT_PATH") || !wsd)
-		return;
+		return false;
 	snprintf(cmd, sizeof(cmd), "%s stat --json %d", wsd, (int)getpid());
 	if (!(f = popen(cmd, "r")))
 		die("popen %s", cmd);
-	n = fread(out, 1, sizeof(out) - 1, f);
+	n = fread(out, 1, size - 1, f);
 	pclose(f);
 	out[n] = 0;
+	return true;
+}
+
+void expect_reason(int fd, const char *reason)
+{
+	char out[65536], key[32], want[64], *p, *end;
+
+	if (!stat_json(out, sizeof(out)))
+		return;
+	snprintf(key, sizeof(key), "\"fd\":%d,", fd);
+	snprintf(want, sizeof(want), "\"reason\":\"%s\"", reason);
+	p = strstr(out, key);
+	end = p ? strchr(p, '}') : NULL;
+	if (!p || !(p = strstr(p, want)) || (end && p > end)) {
+		fprintf(stderr, "reason: wsd stat says: %s\n", out);
+		die("fd %d: no reason %s in wsd stat", fd, reason);
+	}
+}
+
+void expect_zcopy(int fd)
+{
+	char key[32], out[65536], *p;
+	unsigned long long tx = 0, rx = 0;
+
+	if (!stat_json(out, sizeof(out)))
+		return;
 	snprintf(key, sizeof(key), "\"fd\":%d,", fd);
 	/* the requests or the responses, whichever found the other end waiting */
 	if ((p = strstr(out, key)) && (p = strstr(p, "\"zcopy_tx\":"))) {
