@@ -4,10 +4,11 @@
 #include <string.h>
 
 #include "provider/engine.h"
+#include "provider/fault.h"
 
 int wsd_engine_init(struct wsd_engine *e)
 {
-	int ret = io_uring_queue_init(4, &e->ring, 0);
+	int ret = wsd_fault("io-uring", NULL) ? -ENOMEM : io_uring_queue_init(4, &e->ring, 0);
 
 	e->ready = ret == 0;
 	return ret;
