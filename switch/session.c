@@ -532,8 +532,18 @@ static bool try_bell(struct wsd_sock *s)
 {
 	static const char bell = 0;
 
-	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+		/*
+		 * The kernel reports a reset once, to whichever call comes
+		 * first: this bell took it, so keep it for the receiver, who
+		 * would otherwise read a clean end of stream.
+		 */
+		if (errno == ECONNRESET && !s->tcp_eof && !s->tcp_err) {
+			s->tcp_errno = ECONNRESET;
+			s->tcp_err = true;
+		}
 		return false;
+	}
 	s->sess->bells_tx++;
 	wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
 	return true;
@@ -666,10 +676,10 @@ static void drain(struct wsd_sock *s)
 
 		if (!lim) {
 			n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
-			if (n > 0) {
-				want = (size_t)n;
-				lim = ctl_get(ss, CW_BACK_BELLS);
-			}
+			if (n <= 0)
+				break;   /* a reset is reported once: by this look, not the next */
+			want = (size_t)n;
+			lim = ctl_get(ss, CW_BACK_BELLS);
 		}
 		if (lim) {
 			uint64_t left = lim - 1 > ss->bells_rx ? lim - 1 - ss->bells_rx : 0;
@@ -685,13 +695,13 @@ static void drain(struct wsd_sock *s)
 			wsd_stat_add(s->stat, &s->stat->doorbells_rx, (uint64_t)n);
 			continue;
 		}
-		if (n == 0)
-			s->tcp_eof = true;
-		else if (errno != EAGAIN && errno != EINTR) {
-			s->tcp_err = true;
-			s->tcp_errno = errno;
-		}
-		return;
+		break;
+	}
+	if (n == 0) {
+		s->tcp_eof = true;
+	} else if (errno != EAGAIN && errno != EINTR) {
+		s->tcp_err = true;
+		s->tcp_errno = errno;
 	}
 }
 

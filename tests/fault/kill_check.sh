@@ -55,16 +55,14 @@ for r in $(seq 0 $((rounds - 1))); do
 	grep -q upgraded "$tmp/recv.out" || fail "round $seed: the stream never moved to the ring"
 	sleep "$(printf '0.%03d' "$delay")"
 	if [ $victim = sender ]; then
-		kill -9 "$spid" 2>/dev/null
-		survivor=$rpid out=$tmp/recv.out
+		victim_pid=$spid survivor=$rpid out=$tmp/recv.out
 	else
-		kill -9 "$rpid" 2>/dev/null
-		survivor=$spid out=$tmp/send.out
+		victim_pid=$rpid survivor=$spid out=$tmp/send.out
 	fi
+	{ kill -9 "$victim_pid"; wait "$victim_pid"; } 2>/dev/null
 	wait_exit "$survivor" 10000 || fail "round $seed: the $victim was killed; the other hangs"
 	wait "$survivor"
 	rc=$?
-	wait "$spid" "$rpid" 2>/dev/null
 	[ $rc -eq 0 ] || fail "round $seed: the survivor exited $rc: $(cat "$out")"
 	if [ $victim = sender ]; then
 		grep -q "^received [0-9]* \(complete\|eof\|reset\)$" "$out" ||
