@@ -68,12 +68,6 @@ size_t shm_half_size(uint32_t ring_size, uint32_t nwindows)
 	return hdr + ring_size;
 }
 
-int shm_layout_ok(uint32_t ring_size, uint32_t nwindows)
-{
-	return ring_size >= SHM_RING_MIN && ring_size <= SHM_RING_MAX &&
-	       !(ring_size & (ring_size - 1)) && nwindows >= 1 && nwindows <= SHM_WINDOWS_MAX;
-}
-
 /* The creator's memfd: sealed against resizing, and exactly the size we expect. */
 static int memfd_ok(int memfd, size_t len)
 {
