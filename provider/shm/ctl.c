@@ -95,8 +95,11 @@ int shm_recv_ctl(int sock, struct shm_ctl *m, int *fds, int nfds, int timeout_ms
 			}
 		}
 	}
-	if (n == 0)
+	if (n == 0) {
+		/* the end, or an empty message that may still carry descriptors */
+		shm_close_fds(fds, nfds);
 		return -ECONNABORTED;
+	}
 	if (n < 0)
 		return -errno;
 	if (n != (ssize_t)sizeof(*m) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
