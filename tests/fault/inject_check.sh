@@ -112,8 +112,11 @@ run_case s io-uring $((256 * M)) 0 tcp
 run_case s ring-memfd $((256 * M)) 0 shm
 run_case r ring-pidfd $((256 * M)) 0 shm
 run_case r ring-mmap $((256 * M)) 0 shm
-# a slow handshake, while the stream flows (about 8 s of it): past the
-# listener's proof deadline (1 s), past each side's answer wait (5 s)
+# a slow handshake, while the stream flows (about 8 s of it): within each
+# side's answer wait (5 s), the upgrade comes late and mid-stream; past it,
+# or past the listener's proof deadline (1 s), it does not come
+run_case r hello-delay=3000 $((64 * M)) 30000 shm
+run_case s accept-delay=3000 $((64 * M)) 30000 shm
 run_case r shm-delay=1500 $((64 * M)) 30000 tcp
 run_case r hello-delay=6000 $((64 * M)) 30000 tcp
 run_case s accept-delay=6000 $((64 * M)) 30000 tcp
