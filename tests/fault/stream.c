@@ -5,8 +5,8 @@
  * checks each byte it is given against the byte that belongs there.
  *
  *   stream send PORTFILE SEED BYTES   listens on 127.0.0.1, writes its port,
- *                                     accepts one connection and sends the
- *                                     stream; "sent N" and 0 when all went,
+ *                                     accepts one connection ("accepted") and
+ *                                     sends the stream; "sent N" and 0 when all went,
  *                                     "sent N error E" and 0 when the peer
  *                                     went away (EPIPE, ECONNRESET, EIO)
  *   stream recv PORT SEED BYTES       connects and takes the stream; "upgraded
@@ -121,6 +121,7 @@ static int do_send(const char *portfile, uint64_t seed, uint64_t total)
 		return 2;
 	}
 	close(ls);
+	printf("accepted\n");
 	while (sent < total) {
 		size_t n = total - sent < CHUNK ? (size_t)(total - sent) : CHUNK, off = 0;
 
