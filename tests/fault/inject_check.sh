@@ -12,7 +12,7 @@
 #   reset  a loud error: the receiver has a byte-exact prefix then
 #          ECONNRESET (or EIO), the sender EPIPE or ECONNRESET, and wsd stat
 #          gives reason protocol where the bad value was read
-# Never a wrong byte (tests/fault/stream checks each), never a hang (30 s
+# Never a wrong byte (tests/fault/stream checks each), never a hang (60 s
 # a case), never a read out of bounds (the sanitizer build runs this too).
 # The points are described in tests/fault/README.md.
 set -u
@@ -57,7 +57,7 @@ run_case() {
 		>"$tmp/recv.out" 2>"$tmp/recv.err" &
 	rpid=$!
 	pids="$pids $rpid"
-	holding "$tmp/send.out" 30000 && holding "$tmp/recv.out" 5000 ||
+	holding "$tmp/send.out" 60000 && holding "$tmp/recv.out" 10000 ||
 		fail "$fault: a side hangs"
 	grep -q "wsd fault: ${fault%%[=@]*} fires" "$tmp/send.err" "$tmp/recv.err" ||
 		fail "$fault: the fault point was never reached"
