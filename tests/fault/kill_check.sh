@@ -21,8 +21,8 @@ rounds=${WSD_FAULT_ROUNDS:-100}
 bytes=${WSD_FAULT_BYTES:-1073741824}
 seed0=${WSD_FAULT_SEED:-$(( $(date +%s) % 100000 * 1000 ))}
 # the kill lands up to this long after the receiver saw the ring; a 1 GiB
-# transfer takes about 1.5 s on the 2-core development machines
-span_ms=${WSD_FAULT_SPAN_MS:-1200}
+# transfer takes 1 to 1.5 s on the 2-core development machines
+span_ms=${WSD_FAULT_SPAN_MS:-900}
 export WSD_UPGRADE_BYTES=1
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
