@@ -8,11 +8,11 @@
 # libFuzzer is missing.  A long run: tests/fuzz/run.sh 3600.
 #
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]
-#   targets: hello tuple ring words shmctl shmlisten shmprove
+#   targets: hello tuple ring words shmctl shmlisten shmprove shmring
 set -u
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-hello tuple ring words shmctl shmlisten shmprove}
+targets=${*:-hello tuple ring words shmctl shmlisten shmprove shmring}
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 CLANG=${CLANG:-clang}
