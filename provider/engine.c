@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "provider/engine.h"
+#include "provider/fault.h"
 
 __thread bool wsd_uring_own_call;
 
@@ -67,7 +68,7 @@ bool wsd_uring_is_own(int fd)
 
 int wsd_engine_init(struct wsd_engine *e)
 {
-	int ret = wsd_uring_init(4, &e->ring);
+	int ret = wsd_fault("io-uring", NULL) ? -ENOMEM : wsd_uring_init(4, &e->ring);
 
 	e->ready = ret == 0;
 	return ret;

@@ -37,6 +37,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "provider/fault.h"
 #include "provider/internal.h"
 #include "switch/session.h"
 
@@ -202,6 +203,8 @@ static int put_word(struct wsd_session *ss, int which, int idx, uint64_t v)
 	WSABUFEX b[2] = { { 8, (char *)w, ss->words_handle },
 			  { 8, (char *)(w + 1), ss->words_handle } };
 
+	if (idx == CW_CONSUMED && wsd_fault("ctl-word", NULL))
+		v += 1ull << 40;      /* past what the peer sent: its check must catch it */
 	w[0] = v;
 	w[1] = ~v;
 	return rdma_writev(ss, b, 2, (uint64_t)idx * sizeof(struct wsd_word));
@@ -265,7 +268,8 @@ static uint8_t *shared_region(struct wsd_session *ss)
 {
 	size_t len = ss->region_len + 4096;
 	uint8_t *m = MAP_FAILED;
-	int fd = memfd_create("wsd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int fd = wsd_fault("ring-memfd", NULL) ? -1 :
+		 memfd_create("wsd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
 	/*
 	 * Sealed at its size: the peer maps it from a descriptor of its own,
@@ -415,7 +419,7 @@ static void map_peer(struct wsd_session *ss, const struct wsd_hello *h)
 
 	if (ss->path != PATH_SHM || !h->pid || h->region_fd < 0)
 		return;
-	pfd = (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
+	pfd = wsd_fault("ring-pidfd", NULL) ? -1 : (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
 	if (pfd >= 0) {
 		fd = (int)syscall(SYS_pidfd_getfd, pfd, h->region_fd, 0);
 		close(pfd);
@@ -424,7 +428,7 @@ static void map_peer(struct wsd_session *ss, const struct wsd_hello *h)
 		return;
 	/* only a region its owner cannot cut short under our stores (SIGBUS) */
 	m = fstat(fd, &st) == 0 && (size_t)st.st_size == len &&
-	    (fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) ?
+	    (fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) && !wsd_fault("ring-mmap", NULL) ?
 	    mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
 	close(fd);
 	if (m == MAP_FAILED)
@@ -528,8 +532,18 @@ static bool try_bell(struct wsd_sock *s)
 {
 	static const char bell = 0;
 
-	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+		/*
+		 * The kernel reports a reset once, to whichever call comes
+		 * first: this bell took it, so keep it for the receiver, who
+		 * would otherwise read a clean end of stream.
+		 */
+		if (errno == ECONNRESET && !s->tcp_eof && !s->tcp_err) {
+			s->tcp_errno = ECONNRESET;
+			s->tcp_err = true;
+		}
 		return false;
+	}
 	s->sess->bells_tx++;
 	wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
 	return true;
@@ -662,10 +676,10 @@ static void drain(struct wsd_sock *s)
 
 		if (!lim) {
 			n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
-			if (n > 0) {
-				want = (size_t)n;
-				lim = ctl_get(ss, CW_BACK_BELLS);
-			}
+			if (n <= 0)
+				break;   /* a reset is reported once: by this look, not the next */
+			want = (size_t)n;
+			lim = ctl_get(ss, CW_BACK_BELLS);
 		}
 		if (lim) {
 			uint64_t left = lim - 1 > ss->bells_rx ? lim - 1 - ss->bells_rx : 0;
@@ -681,13 +695,13 @@ static void drain(struct wsd_sock *s)
 			wsd_stat_add(s->stat, &s->stat->doorbells_rx, (uint64_t)n);
 			continue;
 		}
-		if (n == 0)
-			s->tcp_eof = true;
-		else if (errno != EAGAIN && errno != EINTR) {
-			s->tcp_err = true;
-			s->tcp_errno = errno;
-		}
-		return;
+		break;
+	}
+	if (n == 0) {
+		s->tcp_eof = true;
+	} else if (errno != EAGAIN && errno != EINTR) {
+		s->tcp_err = true;
+		s->tcp_errno = errno;
 	}
 }
 
@@ -847,6 +861,17 @@ static int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uin
 	h->len = len;
 	h->type = type;
 	h->stamp = ss->tx_pos ^ ss->tx_key;
+	{
+		long how;
+
+		/* a header the peer's checks must refuse: a length past its ring, or no type */
+		if (type == REC_DATA && wsd_fault("rec-header", &how)) {
+			if (how)
+				h->type = 0x7f;
+			else
+				h->len = 0xfffffff0u;
+		}
+	}
 	if (ss->peer_map) {
 		store_record(ss, off, size, c, len, inline_payload);
 		ss->tx_pos += size;

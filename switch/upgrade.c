@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "provider/fault.h"
 #include "provider/internal.h"
 #include "switch/session.h"
 
@@ -297,6 +298,7 @@ static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello 
 	struct wsd_session *ss;
 	struct wsd_hello a = { 0 };
 	int expect = UP_NONE, err;
+	long ms;
 
 	if (s->no_upgrade || !atomic_compare_exchange_strong(&s->upgrade_state, &expect,
 							      UP_RUNNING)) {
@@ -318,6 +320,8 @@ static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello 
 	}
 	wsd_session_peer(ss, h);
 	wsd_session_hello(ss, &a, MSG_ACCEPT);
+	if (wsd_fault("accept-delay", &ms))
+		usleep((useconds_t)ms * 1000);
 	if (send_msg(ws, &a)) {
 		wsd_session_free(ss);
 		atomic_store(&s->upgrade_state, UP_FAILED);
@@ -695,6 +699,7 @@ static void client_upgrade(struct wsd_sock *s)
 	const char *why;
 	SOCKET ws;
 	int err, e;
+	long ms;
 
 	if (atomic_load(&s->nfds) == 0 || s->no_upgrade)
 		return fail(s, s->no_upgrade ? (enum wsd_reason)s->why_not : R_FORKED);
@@ -720,6 +725,8 @@ static void client_upgrade(struct wsd_sock *s)
 		return fail(s, R_PROVIDER);
 	}
 	wsd_session_hello(ss, &h, MSG_HELLO);
+	if (wsd_fault("hello-delay", &ms))
+		usleep((useconds_t)ms * 1000);
 	if (send_msg(ws, &h) || recv_msg(ws, &a, ANSWER_MS)) {
 		wsd_session_free(ss);
 		return fail(s, R_NO_MATCH);

@@ -25,6 +25,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "provider/fault.h"
 #include "provider/shm/shm.h"
 
 #define SEALS (F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
@@ -65,12 +66,6 @@ size_t shm_half_size(uint32_t ring_size, uint32_t nwindows)
 
 	hdr = (hdr + 4095) & ~(size_t)4095;
 	return hdr + ring_size;
-}
-
-int shm_layout_ok(uint32_t ring_size, uint32_t nwindows)
-{
-	return ring_size >= SHM_RING_MIN && ring_size <= SHM_RING_MAX &&
-	       !(ring_size & (ring_size - 1)) && nwindows >= 1 && nwindows <= SHM_WINDOWS_MAX;
 }
 
 /* The creator's memfd: sealed against resizing, and exactly the size we expect. */
@@ -116,7 +111,8 @@ int shm_conn_map(struct shm_conn *c, int memfd, uint32_t ring_size, uint32_t nwi
 		if (ring_size <= shm_ring_size_param() && nwindows <= shm_windows_param())
 			flags |= MAP_POPULATE;
 	}
-	c->map = mmap(NULL, len, PROT_READ | PROT_WRITE, flags, memfd, 0);
+	c->map = wsd_fault("shm-mmap", NULL) ? (errno = ENOMEM, MAP_FAILED) :
+		 mmap(NULL, len, PROT_READ | PROT_WRITE, flags, memfd, 0);
 	if (c->map == MAP_FAILED) {
 		c->map = NULL;
 		return -errno;
@@ -228,7 +224,7 @@ static int addr_is_local(const struct sockaddr *addr, socklen_t len)
 /* Lock taken here: the connection goes live and joins its CQs' sleep sets. */
 static nd_status conn_go_live(struct nd_ep *ep, struct shm_conn *c, const struct shm_ctl *m)
 {
-	c->pidfd = (int)syscall(SYS_pidfd_open, c->peer_pid, 0);
+	c->pidfd = wsd_fault("shm-pidfd", NULL) ? -1 : (int)syscall(SYS_pidfd_open, c->peer_pid, 0);
 	if (c->pidfd < 0)
 		return ND_CONNECTION_ABORTED;
 	c->peer_read_limit = m->read_limit;
@@ -345,7 +341,8 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	 * connector SHM_PROOF_MS from its accept to a complete HELLO, and
 	 * populating megabytes takes longer than that on an emulated machine.
 	 */
-	memfd = memfd_create("wsd-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	memfd = wsd_fault("shm-memfd", NULL) ? -1 :
+		memfd_create("wsd-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (memfd < 0) {
 		st = ND_INSUFFICIENT_RESOURCES;
 		goto fail;
@@ -360,6 +357,10 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		goto fail;
 	{
 		int out[3] = { memfd, ep->attr.inbound_cq->efd, ep->attr.outbound_cq->efd };
+		long ms;
+
+		if (wsd_fault("shm-delay", &ms))
+			usleep((useconds_t)ms * 1000);
 
 		if (shm_send_ctl(c->sock, &m, out, 3) < 0) {
 			st = ND_CONNECTION_REFUSED;

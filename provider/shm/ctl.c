@@ -95,8 +95,11 @@ int shm_recv_ctl(int sock, struct shm_ctl *m, int *fds, int nfds, int timeout_ms
 			}
 		}
 	}
-	if (n == 0)
+	if (n == 0) {
+		/* the end, or an empty message that may still carry descriptors */
+		shm_close_fds(fds, nfds);
 		return -ECONNABORTED;
+	}
 	if (n < 0)
 		return -errno;
 	if (n != (ssize_t)sizeof(*m) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
@@ -105,6 +108,13 @@ int shm_recv_ctl(int sock, struct shm_ctl *m, int *fds, int nfds, int timeout_ms
 		return -EPROTO;
 	}
 	return 0;
+}
+
+/* A HELLO's layout (here, with the other checks of a message, for tests/fuzz). */
+int shm_layout_ok(uint32_t ring_size, uint32_t nwindows)
+{
+	return ring_size >= SHM_RING_MIN && ring_size <= SHM_RING_MAX &&
+	       !(ring_size & (ring_size - 1)) && nwindows >= 1 && nwindows <= SHM_WINDOWS_MAX;
 }
 
 void shm_close_fds(int *fds, int n)

@@ -165,7 +165,6 @@ struct shm_conn {
 
 /* conn.c */
 WSD_HIDDEN size_t shm_half_size(uint32_t ring_size, uint32_t nwindows);
-WSD_HIDDEN int shm_layout_ok(uint32_t ring_size, uint32_t nwindows);
 WSD_HIDDEN void shm_conn_free(struct shm_conn *c);
 WSD_HIDDEN int shm_conn_map(struct shm_conn *c, int memfd, uint32_t ring_size,
 			    uint32_t nwindows, int side, int init);
@@ -179,6 +178,7 @@ WSD_HIDDEN int shm_wait_readable(int fd, int timeout_ms);
 WSD_HIDDEN void shm_close_fds(int *fds, int n);
 WSD_HIDDEN void shm_reject(int sock, uint16_t type, nd_status why);
 WSD_HIDDEN int shm_remaining(int64_t deadline);
+WSD_HIDDEN int shm_layout_ok(uint32_t ring_size, uint32_t nwindows);
 
 /* proof.c: each side shows it may read the other's memory */
 struct shm_nonce {

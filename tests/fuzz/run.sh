@@ -1,15 +1,18 @@
 #!/bin/sh
-# Build the libFuzzer targets of the peer-value checks (switch/wire.c) with
-# clang, apart from the autotools build, and run each for SECONDS (default
-# 60) from its seed corpus.  Exit 0 when no target crashed, 1 when one did
+# Build the libFuzzer targets of the peer-value checks (switch/wire.c, and
+# the shm transport's set-up messages in provider/shm) with clang, apart
+# from the autotools build, and run each for SECONDS (default 60) from its
+# seed corpus.  A target names the sources it needs beside it in a
+# "FUZZ_SOURCES:" line (default switch/wire.c).  Exit 0 when no target crashed, 1 when one did
 # (its reproducer is left in the work directory), 77 when clang or
 # libFuzzer is missing.  A long run: tests/fuzz/run.sh 3600.
 #
-#   tests/fuzz/run.sh [SECONDS] [TARGET...]    targets: hello tuple ring words
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]
+#   targets: hello tuple ring words shmctl shmlisten shmprove shmring
 set -u
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-hello tuple ring words}
+targets=${*:-hello tuple ring words shmctl shmlisten shmprove shmring}
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 CLANG=${CLANG:-clang}
@@ -26,7 +29,10 @@ status=0
 for t in $targets; do
 	src=$here/fuzz_$t.c
 	[ -f "$src" ] || { echo "FAIL: no target $t"; exit 1; }
-	if ! "$CLANG" $flags -Wall -Werror -o "$work/fuzz_$t" "$src" "$top/switch/wire.c"; then
+	srcs=$(sed -n 's/^ \* FUZZ_SOURCES: //p' "$src")
+	# shellcheck disable=SC2086 # a list of paths
+	if ! "$CLANG" $flags -Wall -Werror -o "$work/fuzz_$t" "$src" \
+		$(for f in ${srcs:-switch/wire.c}; do echo "$top/$f"; done); then
 		echo "FAIL: $t does not build"
 		exit 1
 	fi
