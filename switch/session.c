@@ -1924,6 +1924,11 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		peek = false;
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
+	/* its last fd closed: the number may be another file's (sock.c, last_close) */
+	if (atomic_load(&s->closed)) {
+		sleeper_leave(s);
+		return -EBADF;
+	}
 	if (peek) {
 		n = real.recv(s->fd, &b, 1, MSG_PEEK);
 		if (n < 0)
@@ -1958,6 +1963,12 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 			e = EAGAIN;
 	}
 	pthread_mutex_lock(&s->mu);
+	if (atomic_load(&s->closed)) {
+		/* closed while we slept: its doorbells are not ours to read */
+		s->sleepers--;
+		pthread_mutex_unlock(&s->mu);
+		return -EBADF;
+	}
 	if (s->sleepers == 1)
 		drain(s);
 	s->sleepers--;
@@ -2293,6 +2304,8 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		return n;
 	}
 	for (;;) {
+		if (atomic_load(&s->closed))
+			return -EBADF;   /* closed under us: nothing more on its number */
 		pthread_mutex_lock(&s->rx_lock);
 		reset_if_shut(s);
 		if (s->tcp_err && s->rx_shut) {
