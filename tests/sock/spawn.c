@@ -115,6 +115,10 @@ int main(int argc, char **argv)
 	show_status("posix_spawn", status_of("posix_spawn", pid));
 	echo_calls(c2, 10, 5);
 	say("10 calls on it in the parent afterwards: ok");
+	/* the close-on-exec one went nowhere: still accelerated */
+	expect_path(c1);
+	echo_calls(c1, 5, 9);
+	say("5 calls on the close-on-exec one: ok");
 
 	say("-- posix_spawnp: a dup2 file action gives the child the close-on-exec one");
 	cl = 800;
