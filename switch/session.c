@@ -528,6 +528,11 @@ static bool try_bell(struct wsd_sock *s)
 {
 	static const char bell = 0;
 
+	/* closed: the number may be another file's now (sock.c, last_close) */
+	if (atomic_load(&s->closed)) {
+		errno = EBADF;
+		return false;
+	}
 	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
 		return false;
 	s->sess->bells_tx++;
@@ -654,7 +659,7 @@ static void drain(struct wsd_sock *s)
 	char buf[256];
 	ssize_t n;
 
-	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err)
+	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err || atomic_load(&s->closed))
 		return;
 	for (;;) {
 		uint64_t lim = ctl_get(ss, CW_BACK_BELLS);
@@ -2545,6 +2550,8 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 		}
 		pthread_mutex_unlock(&s->tx_lock);
 		r = wait_fd(s, false, zc_wait ? &(int64_t){ -1 } : &deadline);
+		if (r == -EBADF && zc_wait)
+			real.poll(NULL, 0, TICK_MS);   /* closed: no bell to wait on */
 		pthread_mutex_lock(&s->tx_lock);
 		/* a zero-copy sender can't leave: the peer reads our memory */
 		if (r < 0 && !zc_wait)
@@ -3171,6 +3178,7 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 	FILE *st;
 	uint8_t *tmp;
 	int r = 0;
+	bool belled = false;
 
 	if (!ss || s->detached)
 		return -EINVAL;
@@ -3192,8 +3200,10 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 		if (!put_word(ss, W_TX, CW_BACK_REQ, 1)) {
 			ss->back_asked = true;
 			/* wake the peer's switch: a bell, which only a ring sender may send */
-			if (tx_switch(s) && !s->tx_back)
+			if (tx_switch(s) && !s->tx_back) {
 				force_bell(s);
+				belled = true;
+			}
 		}
 		pthread_mutex_unlock(&s->tx_lock);
 	}
@@ -3220,6 +3230,19 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 		if (wsd_now_ms() >= end) {
 			r = -ETIMEDOUT;
 			break;
+		}
+		/*
+		 * The listening side may ring only once the peer's proof is read,
+		 * which this loop may just have done (fdopen right after accept):
+		 * a peer asleep in a receive wakes only for a bell.
+		 */
+		if (ss->back_asked && !belled && !s->tx_back && atomic_load(&s->proven)) {
+			pthread_mutex_lock(&s->tx_lock);
+			if (tx_switch(s) && !s->tx_back) {
+				force_bell(s);
+				belled = true;
+			}
+			pthread_mutex_unlock(&s->tx_lock);
 		}
 		/* nothing now (or the peer's FIN, its BACK to follow): wait a little */
 		arm_data(s, false);

@@ -293,6 +293,75 @@ EXPORT void closefrom(int lowfd)
 		syscall(SYS_close_range, lo, ~0u, 0);
 }
 
+/* Bytes the switch still holds for s (a plain socket now), or bells to skip before the stream's. */
+static bool kept_left(struct wsd_sock *s)
+{
+	return (s->pre && !atomic_load(&s->pre->done)) || (s->rx_skip && s->rx_back);
+}
+
+/*
+ * s went back to the stream for a stdio stream that reads it: what had
+ * arrived by the ring and was not yet read (the prefix) would be skipped
+ * by the stream's internal reads.  The switch's receive takes it out
+ * (*kept, *len; free it), and skips the peer's last doorbells on the
+ * stream.  0, or -ETIMEDOUT if those bells do not come (the stream is
+ * stalled: the bytes are dropped and the socket is shut both ways, so its
+ * reads end rather than skip them or take bells for data), or -ENOMEM.
+ */
+static int take_kept(struct wsd_sock *s, uint8_t **kept_out, size_t *len_out)
+{
+	int64_t end = wsd_now_ms() + 10 * WSD_BACK_MS;
+	size_t len = 0, cap = 0;
+	uint8_t *kept = NULL;
+	int r = 0;
+
+	while (kept_left(s)) {
+		struct iovec v;
+		ssize_t n;
+
+		if (cap - len < 65536) {
+			uint8_t *p = realloc(kept, cap + 65536);
+
+			if (!p) {
+				r = -ENOMEM;
+				break;
+			}
+			kept = p;
+			cap += 65536;
+		}
+		v = (struct iovec){ kept + len, cap - len };
+		n = wsd_sock_recv(s, &v, 1, MSG_DONTWAIT);
+		if (n > 0) {
+			len += (size_t)n;
+			continue;
+		}
+		if (n != -EAGAIN)
+			break;        /* the end or an error: f's own reads will say so */
+		if (wsd_now_ms() >= end) {
+			r = -ETIMEDOUT;
+			break;
+		}
+		real.poll(&(struct pollfd){ .fd = s->fd, .events = POLLIN }, 1, 10);
+	}
+	if (r) {
+		real.shutdown(s->fd, SHUT_RDWR);
+		free(kept);
+		kept = NULL;
+		len = 0;
+	}
+	*kept_out = kept;
+	*len_out = len;
+	return r;
+}
+
+/* The bytes take_kept took go in front of f's, in order (glibc's ungetc takes any number). */
+static void push_kept(FILE *f, uint8_t *kept, size_t len)
+{
+	while (len)
+		ungetc(kept[--len], f);
+	free(kept);
+}
+
 /*
  * 0, 1 and 2 are the program's stdin, stdout and stderr: printf, puts and
  * fgets move their bytes with the C library's internal read and write,
@@ -308,6 +377,15 @@ static int keep_stdio(int fd)
 	if (fd < 0 || fd > 2 || !(s = wsd_fd_get(fd)))
 		return 0;
 	r = wsd_sock_keep_tcp(s, R_UNSUPPORTED);
+	if (!r && fd == 0) {
+		/* stdin's stream reads it: what the switch kept goes there */
+		uint8_t *kept;
+		size_t len;
+
+		r = take_kept(s, &kept, &len);
+		if (!r)
+			push_kept(stdin, kept, len);
+	}
 	wsd_sock_put(s);
 	return r;
 }
@@ -434,24 +512,37 @@ EXPORT FILE *fdopen(int fd, const char *mode)
 	static FILE *(*next)(int, const char *);
 	struct wsd_sock *s;
 
+	uint8_t *kept = NULL;
+	size_t len = 0;
+	FILE *f;
+	int r = 0;
+
 	if (!next)
 		next = (FILE *(*)(int, const char *))dlsym(RTLD_NEXT, "fdopen");
-	if ((s = wsd_fd_get(fd))) {
-		int r = wsd_sock_keep_tcp(s, R_UNSUPPORTED);
-
-		wsd_sock_put(s);
-		if (r) {
-			fprintf(stderr, "libwsd: fdopen(%d): the connection cannot go back to "
-				"TCP (its peer's switch did not answer): %s\n", fd, strerror(-r));
-			errno = -r;
-			return NULL;
-		}
-	}
 	if (!next) {
 		errno = ENOSYS;
 		return NULL;
 	}
-	return next(fd, mode);
+	if (!(s = wsd_fd_get(fd)))
+		return next(fd, mode);
+	r = wsd_sock_keep_tcp(s, R_UNSUPPORTED);
+	if (r) {
+		wsd_sock_put(s);
+		fprintf(stderr, "libwsd: fdopen(%d): the connection cannot go back to TCP "
+			"(its peer's switch did not answer): %s\n", fd, strerror(-r));
+		errno = -r;
+		return NULL;
+	}
+	f = next(fd, mode);
+	/* a stream that reads takes what the switch kept for the socket */
+	if (f && mode && (strchr(mode, 'r') || strchr(mode, '+'))) {
+		if (take_kept(s, &kept, &len))
+			fprintf(stderr, "libwsd: fdopen(%d): the stream stalled on its way back "
+				"to TCP: the connection is shut\n", fd);
+		push_kept(f, kept, len);
+	}
+	wsd_sock_put(s);
+	return f;
 }
 
 /*

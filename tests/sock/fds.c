@@ -10,6 +10,7 @@
  * next owner keeps every byte written to it.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <pthread.h>
@@ -288,12 +289,97 @@ static void close_under_sleeper(void)
 	servant_end(&s);
 }
 
+/* ---- fdopen right after accept ---------------------------------------------------- */
+
+#define EARLY (64 << 10)
+
+/*
+ * Under WSD_EXPECT_PATH: until fd takes that path (5 s at most); false if it
+ * does not.  Looks only, sending nothing (the stream's bytes are counted).
+ */
+static bool moved(int fd)
+{
+	const char *want = getenv("WSD_EXPECT_PATH");
+	const char *(*path_of)(int) = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
+
+	if (!want || !*want)
+		return true;
+	for (int i = 0; path_of && i < 500; i++) {
+		const char *got = path_of(fd);
+
+		if (got && !strcmp(got, want))
+			return true;
+		sleep_ms(10);
+	}
+	return false;
+}
+
+static void accept_fdopen_server(struct peer *self, void *arg)
+{
+	uint8_t *want = malloc(2 * EARLY), *got = malloc(2 * EARLY);
+	int lfd, fd, port;
+	size_t n;
+	FILE *f;
+
+	(void)arg;
+	lfd = t_listen(AF_INET, &port);
+	ctl_send(self, port);
+	ctl_recv(self);   /* the client sent, and asked to upgrade */
+	sleep_ms(50);     /* its request waits for the accept (it may come later) */
+	fd = t_accept(lfd);   /* the upgrade is attached inside it */
+	ctl_recv(self);       /* the client sends by the ring now */
+	f = fdopen(fd, "r");
+	if (!f)
+		die("fdopen: %s", ename(errno));
+	say("fdopen right after accept");
+	pattern(want, 2 * EARLY, 77, 0);
+	n = fread(got, 1, 2 * EARLY, f);
+	CHECK(n == 2 * EARLY && !memcmp(got, want, n), "fread: %zu bytes, or other bytes", n);
+	say("fread: all %d bytes, in order", 2 * EARLY);
+	EXPECT(1, "write the answer", write(fd, "k", 1));
+	EXPECT(0, "fread: EOF", fread(got, 1, 1, f));
+	EXPECT(0, "fclose", fclose(f));
+	close(lfd);
+	free(want);
+	free(got);
+}
+
+static void accept_fdopen(void)
+{
+	uint8_t *buf = malloc(2 * EARLY);
+	struct peer p;
+	int fd;
+	char k;
+
+	say("-- fdopen right after accept, the upgrade attached inside it");
+	peer_start(&p, "server", accept_fdopen_server, NULL);
+	fd = t_connect(AF_INET, ctl_recv(&p));
+	pattern(buf, 2 * EARLY, 77, 0);
+	/* the switch looks at a connection's age and bytes when a call starts */
+	send_all(fd, buf, EARLY / 2);
+	sleep_ms(5);
+	send_all(fd, buf + EARLY / 2, EARLY / 2);
+	/* the upgrade is on its way: the server's switch holds it for the accept */
+	ctl_send(&p, 1);
+	sleep_ms(100);
+	/* by the ring once the server's accept took it (a ring holds 256 KiB) */
+	send_all(fd, buf + EARLY, EARLY);
+	if (!moved(fd))
+		die("the connection did not move to %s", getenv("WSD_EXPECT_PATH"));
+	ctl_send(&p, 2);
+	EXPECT(1, "recv the answer", recv(fd, &k, 1, 0));
+	EXPECT(0, "close", close(fd));
+	peer_end(&p);
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	t_init(argc, argv);
 	echo_start(&e, AF_INET, NCONN);
 	closed_behind();
 	echo_end(&e);
+	accept_fdopen();
 	stdio_sockets();
 	close_under_sleeper();
 	t_exit();
