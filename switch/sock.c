@@ -574,6 +574,51 @@ EXPORT int fclose(FILE *f)
 	return next(f);
 }
 
+/*
+ * freopen closes the stream's old fd with the internal close, then gives
+ * the new file that number when it can: the old socket is forgotten first.
+ */
+static FILE *reopened(FILE *(*next)(const char *, const char *, FILE *), const char *path,
+		      const char *mode, FILE *f)
+{
+	struct wsd_sock *s;
+	int fd;
+
+	if (!next) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	fd = f ? fileno(f) : -1;
+	/* without a path the same fd is reopened (its mode changes): nothing closes */
+	if (fd >= 0 && path) {
+		wsd_poll_fd_closed(fd);
+		if ((s = wsd_fd_get(fd))) {
+			wsd_sock_put(s);
+			fflush(f);
+			forget(fd);
+		}
+	}
+	return next(path, mode, f);
+}
+
+EXPORT FILE *freopen(const char *path, const char *mode, FILE *f)
+{
+	static FILE *(*next)(const char *, const char *, FILE *);
+
+	if (!next)
+		next = (FILE *(*)(const char *, const char *, FILE *))dlsym(RTLD_NEXT, "freopen");
+	return reopened(next, path, mode, f);
+}
+
+EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f)
+{
+	static FILE *(*next)(const char *, const char *, FILE *);
+
+	if (!next)
+		next = (FILE *(*)(const char *, const char *, FILE *))dlsym(RTLD_NEXT, "freopen64");
+	return reopened(next, path, mode, f);
+}
+
 /* TCP_NODELAY is ours once a socket is accelerated (doorbells); the app's value stays its own. */
 EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {

@@ -22,7 +22,7 @@
 
 #include "tests/sock/common.h"
 
-#define NCONN 4
+#define NCONN 5
 
 static struct echo e;
 
@@ -97,6 +97,26 @@ static void closed_behind(void)
 	say("20 calls through the stream: ok");
 	EXPECT(0, "fclose", fclose(f));
 	file_on(fd);
+
+	say("-- freopen of a socket's stream onto a file");
+	fd = echo_connect(&e);
+	echo_calls(fd, 5, 5);
+	{
+		char path[] = "/tmp/wsd-fds-XXXXXX";
+		int t = MUST(mkstemp(path)), n;
+
+		close(t);
+		f = fdopen(fd, "r+");
+		CHECK(f != NULL, "fdopen: %s", ename(errno));
+		f = f ? freopen(path, "w+", f) : NULL;
+		CHECK(f != NULL, "freopen: %s", ename(errno));
+		if (f) {
+			n = fileno(f);
+			EXPECT(9, "  write to the new file's fd", write(n, "file data", 9));
+			EXPECT(0, "  fclose", fclose(f));
+		}
+		unlink(path);
+	}
 
 	say("-- close_range of the socket alone");
 	fd = echo_connect(&e);
