@@ -354,6 +354,24 @@ static int take_kept(struct wsd_sock *s, uint8_t **kept_out, size_t *len_out)
 	return r;
 }
 
+/*
+ * Bytes keep_stdio pushed into stdin for the socket on 0.  An exec would
+ * drop them with the stream: before_exec moves those still unread into a
+ * prefix the new image gets (restored), and a failed exec puts them back.
+ */
+static _Atomic bool stdin_pushed;
+static bool stdin_restored;
+
+/* glibc: f reads from its pushback ("backup") area; what is left there is ours. */
+#define GLIBC_IN_BACKUP 0x100
+
+static size_t pushed_unread(FILE *f)
+{
+	if (!(f->_flags & GLIBC_IN_BACKUP) || f->_IO_read_end < f->_IO_read_ptr)
+		return 0;
+	return (size_t)(f->_IO_read_end - f->_IO_read_ptr);
+}
+
 /* The bytes take_kept took go in front of f's, in order (glibc's ungetc takes any number). */
 static void push_kept(FILE *f, uint8_t *kept, size_t len)
 {
@@ -383,6 +401,8 @@ static int keep_stdio(int fd)
 		size_t len;
 
 		r = take_kept(s, &kept, &len);
+		if (!r && len)
+			atomic_store(&stdin_pushed, true);
 		if (!r)
 			push_kept(stdin, kept, len);
 	}
@@ -788,6 +808,54 @@ static void note_exec(int fd, struct wsd_sock *s, void *arg)
  * ways (it reads as closed).  Returns the WSD_INHERIT entry naming the
  * prefixes to pass on, or NULL.
  */
+static void stdin_to_prefix(void)
+{
+	struct wsd_sock *s;
+	struct wsd_prefix *p;
+	uint8_t *buf;
+	size_t n;
+	int pfd;
+
+	if (!atomic_load(&stdin_pushed) || !(s = wsd_fd_get(0)))
+		return;
+	n = pushed_unread(stdin);
+	if (n && (!s->pre || atomic_load(&s->pre->done)) && !s->rx_skip && (buf = malloc(n))) {
+		/* all of it is in the stream's buffer: fread does not touch the fd */
+		size_t got = fread(buf, 1, n, stdin);
+
+		p = got == n ? wsd_prefix_new(buf, n, 0, &pfd) : NULL;
+		if (p) {
+			if (s->pre) {
+				wsd_prefix_close(s->pre);
+				real.close(s->pre_fd);
+			}
+			s->pre = p;
+			s->pre_fd = pfd;
+			stdin_restored = true;
+		} else {
+			push_kept(stdin, buf, got);   /* no memory: they stay where they were */
+			buf = NULL;
+		}
+		free(buf);
+	}
+	wsd_sock_put(s);
+}
+
+/* The exec failed: what stdin_to_prefix moved goes back into stdin. */
+static void exec_failed(void)
+{
+	struct wsd_sock *s;
+	uint8_t *kept;
+	size_t len;
+
+	if (!stdin_restored || !(s = wsd_fd_get(0)))
+		return;
+	stdin_restored = false;
+	if (!take_kept(s, &kept, &len))
+		push_kept(stdin, kept, len);
+	wsd_sock_put(s);
+}
+
 static char *before_exec(void)
 {
 	struct sock_list l = { 0 };
@@ -795,6 +863,7 @@ static char *before_exec(void)
 	wsd_real_init();
 	if (!wsd_fd_any())
 		return NULL;
+	stdin_to_prefix();
 	wsd_fd_each(note_exec, &l);
 	for (size_t i = 0; i < l.n; i++) {
 		struct wsd_sock *s = l.socks[i];
@@ -866,6 +935,7 @@ static int exec_with(execve_fn fn, const char *path, char *const argv[], char *c
 	if (e != envp)
 		free((void *)e);
 	free(var);
+	exec_failed();
 	errno = err;
 	return r;
 }
@@ -922,6 +992,7 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	if (e != envp)
 		free((void *)e);
 	free(var);
+	exec_failed();
 	errno = err;
 	return r;
 }

@@ -393,13 +393,91 @@ static void accept_fdopen(void)
 	free(buf);
 }
 
+/* ---- inetd's way: accept, the socket onto 0 and 1, exec the handler ------------------ */
+
+#define HANDLER "--handler"
+
+/* The handler image: the request on 0 (read(2), not stdin's stream), the answer on 1. */
+static void handler(void)
+{
+	uint8_t *want = malloc(2 * EARLY), *got = malloc(2 * EARLY);
+	size_t n = 0;
+
+	alarm(20);
+	pattern(want, 2 * EARLY, 78, 0);
+	while (n < 2 * EARLY) {
+		ssize_t k = read(0, got + n, 2 * EARLY - n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			exit(2);
+		n += (size_t)k;
+	}
+	if (memcmp(got, want, n))
+		exit(3);
+	if (write(1, "k", 1) != 1)
+		exit(4);
+	exit(0);
+}
+
+static void inetd_server(struct peer *self, void *arg)
+{
+	int lfd, fd, port;
+
+	(void)arg;
+	lfd = t_listen(AF_INET, &port);
+	ctl_send(self, port);
+	ctl_recv(self);
+	sleep_ms(50);
+	fd = t_accept(lfd);
+	ctl_recv(self);   /* the client sends by the ring now */
+	EXPECT(0, "dup2 onto 0", dup2(fd, 0));
+	EXPECT(1, "dup2 onto 1", dup2(fd, 1));
+	EXPECT(0, "close the first number", close(fd));
+	close(lfd);
+	say("exec the handler");
+	fflush(tr);
+	execl("/proc/self/exe", t_argv0, HANDLER, (char *)NULL);
+	die("exec: %s", ename(errno));
+}
+
+static void inetd(void)
+{
+	uint8_t *buf = malloc(2 * EARLY);
+	struct peer p;
+	int fd;
+	char k;
+
+	say("-- accept, the socket onto 0 and 1, exec: the handler reads every byte");
+	peer_start(&p, "server", inetd_server, NULL);
+	fd = t_connect(AF_INET, ctl_recv(&p));
+	pattern(buf, 2 * EARLY, 78, 0);
+	send_all(fd, buf, EARLY / 2);
+	sleep_ms(5);
+	send_all(fd, buf + EARLY / 2, EARLY / 2);
+	ctl_send(&p, 1);
+	sleep_ms(100);
+	send_all(fd, buf + EARLY, EARLY);
+	if (!moved(fd))
+		die("the connection did not move to %s", getenv("WSD_EXPECT_PATH"));
+	ctl_send(&p, 2);
+	EXPECT(1, "recv the handler's answer", recv(fd, &k, 1, 0));
+	EXPECT(0, "close", close(fd));
+	peer_end(&p);
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 2 && !strcmp(argv[1], HANDLER))
+		handler();
 	t_init(argc, argv);
 	echo_start(&e, AF_INET, NCONN);
 	closed_behind();
 	echo_end(&e);
 	accept_fdopen();
+	inetd();
 	stdio_sockets();
 	close_under_sleeper();
 	t_exit();
