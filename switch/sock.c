@@ -524,14 +524,14 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
  * A stream over a socket reads and writes through the C library's internal
  * calls, which no preload can see: such a socket goes back to the kernel
  * stream first (an upgrade may have been attached inside accept already)
- * and stays there.  If its peer's switch does not answer, fdopen fails
- * (ETIMEDOUT, or the error): a stream that loses bytes would be worse.
+ * and stays there; what the switch kept unread goes into the stream.  If
+ * its peer's switch does not answer, fdopen fails (ETIMEDOUT, or the
+ * error): a stream that loses bytes would be worse.
  */
 EXPORT FILE *fdopen(int fd, const char *mode)
 {
 	static FILE *(*next)(int, const char *);
 	struct wsd_sock *s;
-
 	uint8_t *kept = NULL;
 	size_t len = 0;
 	FILE *f;
