@@ -120,13 +120,15 @@ int main(int argc, char **argv)
 	echo_calls(c1, 5, 9);
 	say("5 calls on the close-on-exec one: ok");
 
-	say("-- posix_spawnp: a dup2 file action gives the child the close-on-exec one");
+	say("-- posix_spawnp: a dup2 file action gives the child the close-on-exec one, a response waiting");
 	cl = 800;
 	while (fcntl(cl, F_GETFD) >= 0)
 		cl++;
+	echo_request(c1, WAITING_LEN, 200);
+	wait_events(c1, POLLIN);
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, c1, cl);
-	args(a, cl, 200, false);
+	args(a, cl, 200, true);
 	fflush(stdout);
 	pid = -1;
 	errno = posix_spawnp(&pid, self, &fa, NULL,
