@@ -822,6 +822,18 @@ void wsd_poll_fd_closed(int fd)
 		set_put(set);
 }
 
+/* fds lo..hi were closed together (close_range, closefrom): pages never made hold no set. */
+void wsd_poll_fds_closed(unsigned lo, unsigned hi)
+{
+	for (unsigned fd = lo; fd <= hi && fd < MAP_FDS; fd++) {
+		if (!__atomic_load_n(&map[fd >> MAP_SHIFT], __ATOMIC_ACQUIRE)) {
+			fd |= (1u << MAP_SHIFT) - 1;   /* the next page */
+			continue;
+		}
+		wsd_poll_fd_closed((int)fd);
+	}
+}
+
 /* newfd is now a dup of oldfd: if that is an epoll set, newfd names it too. */
 void wsd_poll_fd_dup(int oldfd, int newfd)
 {

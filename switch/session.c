@@ -532,6 +532,11 @@ static bool try_bell(struct wsd_sock *s)
 {
 	static const char bell = 0;
 
+	/* closed: the number may be another file's now (sock.c, last_close) */
+	if (atomic_load(&s->closed)) {
+		errno = EBADF;
+		return false;
+	}
 	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
 		/*
 		 * The kernel reports a reset once, to whichever call comes
@@ -668,7 +673,7 @@ static void drain(struct wsd_sock *s)
 	char buf[256];
 	ssize_t n;
 
-	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err)
+	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err || atomic_load(&s->closed))
 		return;
 	for (;;) {
 		uint64_t lim = ctl_get(ss, CW_BACK_BELLS);
@@ -1950,6 +1955,11 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		peek = false;
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
+	/* its last fd closed: the number may be another file's (sock.c, last_close) */
+	if (atomic_load(&s->closed)) {
+		sleeper_leave(s);
+		return -EBADF;
+	}
 	if (peek) {
 		n = real.recv(s->fd, &b, 1, MSG_PEEK);
 		if (n < 0)
@@ -1984,6 +1994,12 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 			e = EAGAIN;
 	}
 	pthread_mutex_lock(&s->mu);
+	if (atomic_load(&s->closed)) {
+		/* closed while we slept: its doorbells are not ours to read */
+		s->sleepers--;
+		pthread_mutex_unlock(&s->mu);
+		return -EBADF;
+	}
 	if (s->sleepers == 1)
 		drain(s);
 	s->sleepers--;
@@ -2319,6 +2335,8 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		return n;
 	}
 	for (;;) {
+		if (atomic_load(&s->closed))
+			return -EBADF;   /* closed under us: nothing more on its number */
 		pthread_mutex_lock(&s->rx_lock);
 		reset_if_shut(s);
 		if (s->tcp_err && s->rx_shut) {
@@ -2558,6 +2576,8 @@ static int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wa
 		}
 		pthread_mutex_unlock(&s->tx_lock);
 		r = wait_fd(s, false, zc_wait ? &(int64_t){ -1 } : &deadline);
+		if (r == -EBADF && zc_wait)
+			real.poll(NULL, 0, TICK_MS);   /* closed: no bell to wait on */
 		pthread_mutex_lock(&s->tx_lock);
 		/* a zero-copy sender can't leave: the peer reads our memory */
 		if (r < 0 && !zc_wait)
@@ -3224,6 +3244,7 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 	FILE *st;
 	uint8_t *tmp;
 	int r = 0;
+	bool belled = false;
 
 	if (!ss || s->detached)
 		return -EINVAL;
@@ -3245,8 +3266,10 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 		if (!put_word(ss, W_TX, CW_BACK_REQ, 1)) {
 			ss->back_asked = true;
 			/* wake the peer's switch: a bell, which only a ring sender may send */
-			if (tx_switch(s) && !s->tx_back)
+			if (tx_switch(s) && !s->tx_back) {
 				force_bell(s);
+				belled = true;
+			}
 		}
 		pthread_mutex_unlock(&s->tx_lock);
 	}
@@ -3273,6 +3296,19 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 		if (wsd_now_ms() >= end) {
 			r = -ETIMEDOUT;
 			break;
+		}
+		/*
+		 * The listening side may ring only once the peer's proof is read,
+		 * which this loop may just have done (fdopen right after accept):
+		 * a peer asleep in a receive wakes only for a bell.
+		 */
+		if (ss->back_asked && !belled && !s->tx_back && atomic_load(&s->proven)) {
+			pthread_mutex_lock(&s->tx_lock);
+			if (tx_switch(s) && !s->tx_back) {
+				force_bell(s);
+				belled = true;
+			}
+			pthread_mutex_unlock(&s->tx_lock);
 		}
 		/* nothing now (or the peer's FIN, its BACK to follow): wait a little */
 		arm_data(s, false);

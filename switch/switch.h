@@ -195,6 +195,12 @@ struct wsd_sock {
 	bool no_upgrade;             /* never upgrade: why_not says why */
 	uint8_t why_not;             /* enum wsd_reason for no_upgrade */
 	bool detached;               /* a fork child's copy of an upgraded socket */
+	/*
+	 * The last fd naming it closed: its number may be another file's
+	 * now, so a thread still inside a call on it (a sleeping recv) must
+	 * not use s->fd again (it returns EBADF).
+	 */
+	_Atomic bool closed;
 	bool tcp_eof, tcp_err;       /* the kernel stream ended (after the switch) */
 	/* BACK (wsd-protocol(7)): a direction that went back to the stream for good */
 	bool tx_back;                /* tx_lock */
@@ -367,6 +373,8 @@ void wsd_poll_sock_accelerated(struct wsd_sock *s);
 void wsd_poll_sock_gone(struct wsd_sock *s);
 /* fd was closed (any fd): forget it if it was an epoll set. */
 void wsd_poll_fd_closed(int fd);
+/* The same for each fd from lo to hi (close_range, closefrom). */
+void wsd_poll_fds_closed(unsigned lo, unsigned hi);
 /* newfd now names what oldfd names (dup*, F_DUPFD*): an epoll set too. */
 void wsd_poll_fd_dup(int oldfd, int newfd);
 /* fork, in the child: the shadow's locks may have been held by a lost thread. */

@@ -1,0 +1,152 @@
+#!/bin/sh
+# Python's subprocess on an upgraded connection: a python3 echo server and
+# client, both under wsd run.  Once the client's connection is on path shm
+# (wsd_switch_path, through ctypes), it runs subprocess.run three times
+# (vfork then exec in the child, through the switch's execve: the child
+# must not act on the parent's sessions); the connection must still be on
+# shm, as `wsd stat --json` shows for both ends, and 4 MiB more must echo
+# back byte for byte.  Skips (77) without python3.  WSD_DEBUG_CLIENT=1
+# shows both ends' switch debug lines.
+set -u
+b=${top_builddir:-.}
+wsd=$b/wsd/wsd
+for t in python3 timeout; do
+	command -v $t >/dev/null 2>&1 || { echo "SKIP: $t is not installed"; exit 77; }
+done
+[ -x "$wsd" ] || { echo "FAIL: $wsd: no wsd command (build it first)"; exit 1; }
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
+
+tmp=$(mktemp -d)
+pids=""
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+status=0
+fail() { echo "FAIL: $*"; status=1; }
+
+cat >"$tmp/server.py" <<'EOF'
+import socket, sys
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen()
+open(sys.argv[1] + ".tmp", "w").write("%d\n" % l.getsockname()[1])
+import os
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+c, _ = l.accept()
+while True:
+    b = c.recv(1 << 16)
+    if not b:
+        break
+    c.sendall(b)
+c.close()
+EOF
+
+cat >"$tmp/client.py" <<'EOF'
+import ctypes, os, socket, subprocess, sys, time
+port, tmp = int(sys.argv[1]), sys.argv[2]
+path_of = ctypes.CDLL(None).wsd_switch_path
+path_of.restype = ctypes.c_char_p
+path_of.argtypes = [ctypes.c_int]
+s = socket.create_connection(("127.0.0.1", port))
+sent = 0
+
+def echo(n, seed):
+    # in pieces of 64 KiB: a whole 4 MiB sent before reading would fill
+    # both ends' buffers (the switch then goes back to the stream for good)
+    global sent
+    for off in range(0, n, 1 << 16):
+        data = bytes((i * 7 + seed + sent) & 0xff for i in range(min(1 << 16, n - off)))
+        s.sendall(data)
+        got = bytearray()
+        while len(got) < len(data):
+            b = s.recv(len(data) - len(got))
+            if not b:
+                sys.exit("the server ended the stream early")
+            got += b
+        if bytes(got) != data:
+            sys.exit("the echo differs from what was sent")
+        sent += len(data)
+
+def path():
+    p = path_of(s.fileno())
+    return p.decode() if p else None
+
+# the switch upgrades lazily: traffic, then wait for the move (5 s at most)
+echo(512 << 10, 1)
+end = time.time() + 5
+while path() != "shm" and time.time() < end:
+    echo(4096, 2)
+    time.sleep(0.01)
+if path() != "shm":
+    sys.exit("the connection is on %s before subprocess.run, not shm" % path())
+print("on shm before subprocess.run, local port %d" % s.getsockname()[1])
+for i in range(3):
+    r = subprocess.run(["true"])
+    if r.returncode:
+        sys.exit("subprocess.run(true) -> %d" % r.returncode)
+r = subprocess.run([sys.executable, "-c", "print('child ok')"], capture_output=True)
+if r.stdout != b"child ok\n":
+    sys.exit("the child printed %r" % r.stdout)
+if path() != "shm":
+    sys.exit("the connection is on %s after subprocess.run, not shm" % path())
+echo(4 << 20, 3)
+print("after subprocess.run: still on shm, 4 MiB echoed")
+open(tmp + "/port", "w").write("%d\n" % s.getsockname()[1])
+# wsd stat is read now; then the rest
+while not os.path.exists(tmp + "/go"):
+    time.sleep(0.02)
+echo(1 << 20, 4)
+s.close()
+print("client done")
+EOF
+
+timeout 60 env WSD_DEBUG=${WSD_DEBUG_CLIENT:-0} "$wsd" run -- python3 "$tmp/server.py" "$tmp/sport" >"$tmp/server.out" 2>&1 &
+spid=$!
+pids="$pids $spid"
+n=0
+while [ ! -s "$tmp/sport" ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n + 1)); done
+[ -s "$tmp/sport" ] || { fail "the server did not start"; cat "$tmp/server.out"; exit 1; }
+timeout 60 env WSD_DEBUG=${WSD_DEBUG_CLIENT:-0} "$wsd" run -- python3 "$tmp/client.py" "$(cat "$tmp/sport")" "$tmp" \
+	>"$tmp/client.out" 2>&1 &
+cpid=$!
+pids="$pids $cpid"
+n=0
+while [ ! -s "$tmp/port" ] && [ $n -lt 600 ] && kill -0 $cpid 2>/dev/null; do
+	sleep 0.05
+	n=$((n + 1))
+done
+if [ -s "$tmp/port" ]; then
+	port=$(cat "$tmp/port")
+	if "$wsd" stat --json >"$tmp/stat.json" 2>"$tmp/stat.err"; then
+		if python3 - "$tmp/stat.json" "$port" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+port = sys.argv[2]
+found = [s for p in d.get("processes", []) for s in p.get("sockets", [])
+         if (s.get("local") or "").endswith(":" + port) or (s.get("peer") or "").endswith(":" + port)]
+for s in found:
+    print("  fd %s %s -> %s: path %s, reason %s" % (s["fd"], s["local"], s["peer"], s["path"], s["reason"]))
+sys.exit(0 if len(found) == 2 and all(s["path"] == "shm" for s in found) else 1)
+EOF
+		then
+			echo "ok: wsd stat: both ends of the connection on shm after subprocess.run"
+		else
+			fail "wsd stat does not show both ends of the connection (port $port) on shm"
+		fi
+	else
+		fail "'wsd stat --json' failed: $(head -n 1 "$tmp/stat.err")"
+	fi
+fi
+touch "$tmp/go"
+wait $cpid
+crc=$?
+wait $spid
+src=$?
+cat "$tmp/client.out"
+[ "${WSD_DEBUG_CLIENT:-0}" = 0 ] || cat "$tmp/server.out"
+[ $crc -eq 0 ] || fail "the client exited $crc"
+[ $src -eq 0 ] || { fail "the server exited $src"; cat "$tmp/server.out"; }
+[ $status -eq 0 ] && echo "subprocess on an upgraded connection: all checks passed"
+exit $status
