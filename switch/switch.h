@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -80,6 +81,15 @@ struct real_calls {
 	pid_t (*fork)(void);
 	int (*setsockopt)(int, int, int, const void *, socklen_t);
 	int (*getsockopt)(int, int, int, void *, socklen_t *);
+	/* the data calls beyond the socket API's (io.c) */
+	int (*sendmmsg)(int, struct mmsghdr *, unsigned int, int);
+	int (*recvmmsg)(int, struct mmsghdr *, unsigned int, int, struct timespec *);
+	ssize_t (*preadv64)(int, const struct iovec *, int, off64_t);
+	ssize_t (*pwritev64)(int, const struct iovec *, int, off64_t);
+	ssize_t (*preadv64v2)(int, const struct iovec *, int, off64_t, int);
+	ssize_t (*pwritev64v2)(int, const struct iovec *, int, off64_t, int);
+	int (*vdprintf)(int, const char *, va_list);
+	int (*__vdprintf_chk)(int, int, const char *, va_list);
 };
 
 extern struct real_calls real;

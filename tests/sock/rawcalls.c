@@ -145,9 +145,20 @@ static void raw_fds(int fd)
 	EXPECT(150, "SYS_dup3 to 150 O_CLOEXEC", syscall(SYS_dup3, fd, 150, O_CLOEXEC));
 	EXPECT(3, "SYS_write through 150", syscall(SYS_write, 150, b + 6, 3));
 	EXPECT(3, "SYS_writev through 150", syscall(SYS_writev, 150, &v, 1));
-	EXPECT(0, "SYS_close_range 150 150", syscall(SYS_close_range, 150, 150, 0));
+	EXPECT(0, "SYS_close 150", syscall(SYS_close, 150));
 	EXPECT_ERR(EBADF, "fcntl F_GETFD on 150", fcntl(150, F_GETFD));
 	EXPECT_ERR(EBADF, "SYS_write to a closed fd", syscall(SYS_write, 150, b, 1));
+	{
+		int p[2];
+
+		MUST(pipe2(p, O_CLOEXEC));
+		MUST(dup2(p[0], 160));
+		MUST(dup2(p[1], 161));
+		EXPECT(0, "SYS_close_range 160 161 (a pipe)", syscall(SYS_close_range, 160, 161, 0));
+		EXPECT_ERR(EBADF, "fcntl F_GETFD on 161", fcntl(161, F_GETFD));
+		close(p[0]);
+		close(p[1]);
+	}
 	CHECK(syscall(SYS_getpid) == getpid(), "SYS_getpid differs from getpid()");
 	EXPECT_ERR(EINVAL, "SYS_fcntl bad command", syscall(SYS_fcntl, fd, 99999, 0));
 	expect_path(fd);
