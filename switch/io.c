@@ -122,6 +122,21 @@ static ssize_t sock_send(struct wsd_sock *s, const struct iovec *iov, int n, int
 	return wsd_sock_send(s, iov, n, flags);
 }
 
+/*
+ * sendto/sendmsg with MSG_FASTOPEN connect and send in one call, to the
+ * address given: the kernel's alone, on a socket that stays on TCP.
+ */
+static ssize_t fastopen(struct wsd_sock *s, const struct msghdr *m, int flags)
+{
+	int r = wsd_sock_keep_tcp(s, R_UNSUPPORTED);
+	ssize_t n;
+
+	if (r)
+		return r;
+	n = real.sendmsg(s->fd, m, flags);
+	return n < 0 ? -errno : n;
+}
+
 static ssize_t do_recv(struct wsd_sock *s, const struct iovec *iov, int n, int flags)
 {
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
@@ -215,8 +230,16 @@ EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 {
 	struct wsd_sock *s = data_sock(fd);
 	struct iovec v = { (void *)buf, len };
+	struct msghdr m = { (void *)addr, alen, &v, 1, NULL, 0, 0 };
+	ssize_t r;
 
-	return s ? do_send(s, &v, 1, flags) : real.sendto(fd, buf, len, flags, addr, alen);
+	if (!s)
+		return real.sendto(fd, buf, len, flags, addr, alen);
+	if (!(flags & MSG_FASTOPEN))
+		return do_send(s, &v, 1, flags);
+	r = fastopen(s, &m, flags);
+	wsd_sock_put(s);
+	return wsd_ret(r);
 }
 
 /* recvmsg's work on a socket of ours: -errno, or bytes with msghdr as the kernel leaves it. */
@@ -249,6 +272,8 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 
 static ssize_t msg_send(struct wsd_sock *s, const struct msghdr *m, int flags)
 {
+	if (flags & MSG_FASTOPEN)
+		return fastopen(s, m, flags);
 	if ((int)m->msg_iovlen < 0 || m->msg_iovlen > IOV_MAX)
 		return -EMSGSIZE;
 	return sock_send(s, m->msg_iov, (int)m->msg_iovlen, flags);
@@ -751,11 +776,13 @@ static ssize_t pipe_to_sock(struct wsd_sock *s, int in, size_t len, unsigned int
 {
 	size_t want = len < COPY_CHUNK ? len : COPY_CHUNK, sent = 0;
 	struct pollfd p = { .fd = in, .events = POLLIN };
-	int tp[2] = { -1, -1 };
+	int tp[2] = { -1, -1 }, pfl = real.fcntl(in, F_GETFL);
 	ssize_t r, got;
 	char *buf;
 
-	if ((flags & SPLICE_F_NONBLOCK) && real.poll(&p, 1, 0) == 0)
+	/* an empty pipe: no wait when it or the call is non-blocking */
+	if (((flags & SPLICE_F_NONBLOCK) || (pfl >= 0 && (pfl & O_NONBLOCK))) &&
+	    real.poll(&p, 1, 0) == 0)
 		return -EAGAIN;
 	if (!(buf = malloc(want)))
 		return -ENOMEM;
@@ -802,6 +829,8 @@ EXPORT ssize_t splice(int in, off_t *off_in, int out, off_t *off_out, size_t len
 		return real.splice(in, off_in, out, off_out, len, flags);
 	if ((si && off_in) || (so && off_out))
 		r = -ESPIPE;
+	else if (!len)
+		r = 0;
 	else
 		r = si ? sock_to_pipe(si, out, len, flags) : pipe_to_sock(so, in, len, flags);
 	if (si)
