@@ -332,8 +332,18 @@ int main(int argc, char **argv)
 	ctl_recv(&b);
 
 	EXPECT(0, "sendmmsg vlen 0", sendmmsg(fd, NULL, 0, 0));
-	EXPECT(0, "shutdown SHUT_WR", shutdown(fd, SHUT_WR));
 	ctl_send(&b, 0);
+	/*
+	 * A flag the switch does not know is the kernel's to judge, on a
+	 * connection back on TCP (the peer waits in recvmmsg meanwhile).
+	 */
+	{
+		struct iovec v = { "x", 1 };
+
+		EXPECT_ERR(EOPNOTSUPP, "pwritev2 offset -1, an unknown RWF flag",
+			   pwritev2(fd, &v, 1, -1, 0x40000000));
+	}
+	EXPECT(0, "shutdown SHUT_WR", shutdown(fd, SHUT_WR));
 	EXPECT(0, "close", close(fd));
 	peer_end(&b);
 	t_exit();
