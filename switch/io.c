@@ -724,44 +724,64 @@ static void consume(struct wsd_sock *s, size_t n)
 }
 
 /*
+ * Our own non-blocking open file description of a pipe's write end: a
+ * write through it takes what fits and never waits, whatever O_NONBLOCK
+ * the program's description has.  -1 when it cannot be had.
+ */
+static int pipe_nb_open(int fd)
+{
+	char path[40];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+}
+
+/*
  * socket -> pipe.  The pipe may have fewer free slots than free bytes, so
  * how much it takes is known only once written: the socket's bytes are
- * peeked, written, and then exactly what the pipe took is taken from the
- * socket.  The socket's O_NONBLOCK decides the wait for data; the pipe's
- * O_NONBLOCK or SPLICE_F_NONBLOCK the wait for room (at most a page then
- * goes into a pipe that polls writable, which cannot block).
+ * peeked, written without waiting, and then exactly what the pipe took is
+ * taken from the socket.  As in the kernel, the call first waits for room
+ * in the pipe (EAGAIN at once when the pipe or the call is non-blocking),
+ * then for data as the socket's own O_NONBLOCK says, and returns what fit.
  */
 static ssize_t sock_to_pipe(struct wsd_sock *s, int out, size_t len, unsigned int flags)
 {
 	size_t want = len < COPY_CHUNK ? len : COPY_CHUNK;
-	int pfl = real.fcntl(out, F_GETFL);
+	int pfl = real.fcntl(out, F_GETFL), size, used = 0, wfd = out, k;
 	bool pipe_nb = pfl >= 0 && (pfl & O_NONBLOCK);
+	struct pollfd p = { .fd = out, .events = POLLOUT };
 	struct msghdr m = { 0 };
 	struct iovec v;
-	ssize_t r, w = 0, k;
+	ssize_t r, w = 0, n;
 	char *buf;
 
-	if (pipe_nb || (flags & SPLICE_F_NONBLOCK)) {
-		/* the kernel looks for room before it reads the socket */
-		struct pollfd p = { .fd = out, .events = POLLOUT };
-
-		if (real.poll(&p, 1, 0) <= 0 || !(p.revents & POLLOUT))
-			return -EAGAIN;
-		if (!pipe_nb && want > 4096)
-			want = 4096;
-	}
+	k = real.poll(&p, 1, pipe_nb || (flags & SPLICE_F_NONBLOCK) ? 0 : -1);
+	if (k < 0)
+		return -errno;
+	/* (no reader: POLLERR, and the write below fails with EPIPE) */
+	if (!k || !(p.revents & (POLLOUT | POLLERR)))
+		return -EAGAIN;
+	/* free bytes bound the take (free slots may bound it more) */
+	size = real.fcntl(out, F_GETPIPE_SZ);
+	if (size > 0 && real.ioctl(out, FIONREAD, &used) == 0 && used < size &&
+	    (size_t)(size - used) < want)
+		want = (size_t)(size - used);
 	if (!(buf = malloc(want)))
 		return -ENOMEM;
 	v = (struct iovec){ buf, want };
 	m.msg_iov = &v;
 	m.msg_iovlen = 1;
 	r = sock_recv(s, &m, MSG_PEEK);
-	while (r > 0 && w < r && (k = real.write(out, buf + w, (size_t)(r - w))) > 0)
-		w += k;
+	if (r > 0 && !pipe_nb && (wfd = pipe_nb_open(out)) < 0)
+		wfd = out;      /* no /proc: a blocking write of at most the free bytes */
+	while (r > 0 && w < r && (n = real.write(wfd, buf + w, (size_t)(r - w))) > 0)
+		w += n;
 	if (r > 0 && !w)
 		r = -errno;
 	else if (r > 0)
 		consume(s, (size_t)(r = w));
+	if (wfd != out)
+		real.close(wfd);
 	free(buf);
 	return r;
 }

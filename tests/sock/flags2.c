@@ -178,9 +178,15 @@ static void peer_main(struct peer *ctl, void *arg)
 			CHECK(!memcmp(b, want, 64), "splice pipe -> socket: the data differ");
 		}
 		say("received what splice sent: ok");
-		/* splice socket -> pipe at the other end: 100 bytes */
+		/* splice socket -> pipe at the other end: 64 bytes, then 10000 */
 		pattern(b, 64, 85, 0);
 		send_all(fd, b, 64);
+		ctl_send(ctl, 0);
+		ctl_recv(ctl);
+		big = malloc(10000);
+		pattern(big, 10000, 86, 0);
+		send_all(fd, big, 10000);
+		free(big);
 		ctl_send(ctl, 0);
 	}
 	EXPECT(0, "recv EOF", recv(fd, b, 1, 0));
@@ -363,6 +369,48 @@ static void copy_calls(struct peer *p, int port)
 
 		pattern(want, 64, 85, 0);
 		CHECK(!memcmp(b, want, 64), "splice socket -> pipe: the data differ");
+	}
+	close(q[0]);
+	close(q[1]);
+
+	say("-- splice socket -> a blocking pipe with one free slot");
+	MUST(pipe(q));
+	MUST(fcntl(q[1], F_SETPIPE_SZ, 8192));
+	{
+		int f = temp_file();
+		loff_t at = 0;
+		char *got = malloc(10001), *want = malloc(10000);
+		size_t total = 0;
+		ssize_t n;
+
+		EXPECT(1, "splice 1 byte file -> pipe", splice(f, &at, q[1], NULL, 1, 0));
+		close(f);
+		ctl_send(p, 0);
+		ctl_recv(p);
+		wait_queued(fd, 10000);
+		/* the kernel fills the free slot and returns: no wait for more room */
+		n = splice(fd, NULL, q[1], NULL, 10000, 0);
+		say("splice 10000 took at most one page: %s", n > 0 && n <= 4096 ? "yes" : "no");
+		if (n <= 0)
+			die("splice: %s", ename(errno));
+		MUST(read(q[0], got, 1));
+		for (total = 0;;) {
+			ssize_t k = read(q[0], got + total, n);
+
+			if (k != n)
+				die("read the pipe: %zd of %zd", k, n);
+			total += n;
+			if (total == 10000)
+				break;
+			n = splice(fd, NULL, q[1], NULL, 10000 - total, 0);
+			if (n <= 0)
+				die("splice: %s", n ? ename(errno) : "EOF");
+		}
+		pattern(want, 10000, 86, 0);
+		CHECK(!memcmp(got, want, 10000), "splice into a small pipe: the data differ");
+		say("spliced 10000 bytes through it: ok");
+		free(got);
+		free(want);
 	}
 	close(q[0]);
 	close(q[1]);
