@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -190,6 +191,11 @@ static void peer_main(struct peer *ctl, void *arg)
 		ctl_send(ctl, 0);
 	}
 	EXPECT(0, "recv EOF", recv(fd, b, 1, 0));
+	EXPECT(0, "close", close(fd));
+
+	/* 5: closed at once, for EPIPE and SIGPIPE from sendfile and splice */
+	fd = t_accept(lfd);
+	warmup(fd, false);
 	EXPECT(0, "close", close(fd));
 	close(lfd);
 }
@@ -419,6 +425,48 @@ static void copy_calls(struct peer *p, int port)
 	EXPECT(0, "close", close(fd));
 }
 
+static volatile sig_atomic_t sigpipes;
+
+static void on_sigpipe(int sig)
+{
+	(void)sig;
+	sigpipes++;
+}
+
+/* The kernel's sendfile and splice raise SIGPIPE on a broken connection. */
+static void copy_epipe(int port)
+{
+	struct sigaction sa = { .sa_handler = on_sigpipe };
+	int fd = t_connect(AF_INET, port), file = temp_file(), q[2];
+	ssize_t n = 0;
+	char b;
+
+	warmup(fd, true);
+	say("-- sendfile and splice to a closed peer");
+	sigaction(SIGPIPE, &sa, NULL);
+	EXPECT(0, "recv: the peer closed", recv(fd, &b, 1, 0));
+	/* the first sends may still go: the reset comes back after one */
+	for (int i = 0; i < 1000; i++) {
+		off_t off = 0;
+
+		n = sendfile(fd, file, &off, 100);
+		if (n < 0)
+			break;
+		sleep_ms(1);
+	}
+	t_expect("sendfile until it fails", n, errno, -1, EPIPE);
+	say("  SIGPIPE seen: %s", sigpipes ? "yes" : "no");
+	sigpipes = 0;
+	MUST(pipe(q));
+	MUST(write(q[1], "abc", 3));
+	EXPECT_ERR(EPIPE, "splice pipe -> socket", splice(q[0], NULL, fd, NULL, 3, 0));
+	say("  SIGPIPE seen: %s", sigpipes ? "yes" : "no");
+	close(q[0]);
+	close(q[1]);
+	close(file);
+	EXPECT(0, "close", close(fd));
+}
+
 int main(int argc, char **argv)
 {
 	struct peer b;
@@ -430,6 +478,7 @@ int main(int argc, char **argv)
 	recv_flags(&b, port);
 	send_oob(&b, port);
 	copy_calls(&b, port);
+	copy_epipe(port);
 	peer_end(&b);
 	t_exit();
 }
