@@ -594,13 +594,14 @@ EXPORT int __dprintf_chk(int fd, int flag, const char *fmt, ...)
  * Send all of buf on a blocking socket (the kernel's sendfile takes it all
  * too).  EAGAIN (SO_SNDTIMEO ran out) ends it with what went, unless the
  * bytes were already taken from their source (must): then it waits on.
+ * No MSG_NOSIGNAL: the kernel's sendfile and splice raise SIGPIPE too.
  */
 static ssize_t send_all(struct wsd_sock *s, const char *buf, size_t len, size_t *sent, bool must)
 {
 	*sent = 0;
 	while (*sent < len) {
 		struct iovec v = { (char *)buf + *sent, len - *sent };
-		ssize_t r = wsd_sock_send(s, &v, 1, MSG_NOSIGNAL);
+		ssize_t r = wsd_sock_send(s, &v, 1, 0);
 
 		if (r == -EAGAIN && must) {
 			struct pollfd p = { .fd = s->fd, .events = POLLOUT };
@@ -663,7 +664,7 @@ static ssize_t file_to_sock(struct wsd_sock *s, int in, off_t *off, size_t count
 		if (s->nonblock && seek) {
 			struct iovec v = { buf, (size_t)got };
 
-			r = wsd_sock_send(s, &v, 1, MSG_NOSIGNAL);
+			r = wsd_sock_send(s, &v, 1, 0);
 			if (r < 0)
 				break;
 			sent = (size_t)r;
@@ -821,7 +822,7 @@ static ssize_t pipe_to_sock(struct wsd_sock *s, int in, size_t len, unsigned int
 		{
 			struct iovec v = { buf, (size_t)got };
 
-			r = wsd_sock_send(s, &v, 1, MSG_NOSIGNAL);
+			r = wsd_sock_send(s, &v, 1, 0);
 		}
 		if (r > 0 && real.read(in, buf, (size_t)r) != r)
 			r = -EIO;    /* another reader took them meanwhile */
