@@ -622,46 +622,42 @@ static ssize_t send_all(struct wsd_sock *s, const char *buf, size_t len, size_t 
  * The bytes go on the socket's own terms: a non-blocking one takes what
  * fits and a full one fails EAGAIN at once, as the kernel's sendfile.  A
  * positioned read takes nothing from the file, so the position (or *off)
- * moves by exactly what went.  A pipe as input is EINVAL, as the kernel
- * says; another input that cannot seek is read, and what was read is sent
- * whatever the wait (it cannot be put back).
+ * moves by exactly what went.  The kernel reads only regular files and
+ * block devices here (anything else is EINVAL; a pipe or a socket with an
+ * offset, ESPIPE), so nothing is ever read that could not be put back.
  */
 static ssize_t file_to_sock(struct wsd_sock *s, int in, off_t *off, size_t count)
 {
-	char *buf = malloc(COPY_CHUNK);
-	bool seek = true;
 	struct stat st;
 	off_t pos;
 	ssize_t got, r = 0;
 	size_t total = 0, sent;
+	char *buf;
 
-	if (!buf)
+	if (fstat(in, &st))
+		return -errno;
+	if (off && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+		return -ESPIPE;
+	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
+		return -EINVAL;
+	if (off && *off < 0)
+		return -EINVAL;
+	pos = off ? *off : lseek(in, 0, SEEK_CUR);
+	if (pos < 0)
+		return -errno;
+	if (!(buf = malloc(COPY_CHUNK)))
 		return -ENOMEM;
-	if (off) {
-		pos = *off;
-		if (pos < 0)
-			r = -EINVAL;
-	} else if ((pos = lseek(in, 0, SEEK_CUR)) < 0) {
-		r = -errno;
-		if (r == -ESPIPE)
-			r = fstat(in, &st) == 0 && S_ISFIFO(st.st_mode) ? -EINVAL : 0;
-		seek = false;
-	}
-	if (r) {
-		free(buf);
-		return r;
-	}
 	while (total < count) {
 		size_t want = count - total < COPY_CHUNK ? count - total : COPY_CHUNK;
 
-		got = seek ? pread(in, buf, want, pos) : read(in, buf, want);
+		got = pread(in, buf, want, pos);
 		if (got < 0) {
 			r = -errno;
 			break;
 		}
 		if (got == 0)
 			break;
-		if (s->nonblock && seek) {
+		if (s->nonblock) {
 			struct iovec v = { buf, (size_t)got };
 
 			r = wsd_sock_send(s, &v, 1, 0);
@@ -670,19 +666,17 @@ static ssize_t file_to_sock(struct wsd_sock *s, int in, off_t *off, size_t count
 			sent = (size_t)r;
 			r = 0;
 		} else {
-			r = send_all(s, buf, (size_t)got, &sent, !seek);
+			r = send_all(s, buf, (size_t)got, &sent, false);
 		}
 		total += sent;
 		pos += (off_t)sent;
 		if (r < 0 || sent < (size_t)got)
 			break;
 	}
-	if (seek) {
-		if (off)
-			*off = pos;
-		else
-			lseek(in, pos, SEEK_SET);
-	}
+	if (off)
+		*off = pos;
+	else
+		lseek(in, pos, SEEK_SET);
 	free(buf);
 	return total ? (ssize_t)total : r;
 }

@@ -312,6 +312,15 @@ static void copy_calls(struct peer *p, int port)
 	}
 	say("sendfile: the whole file went, offset %lld", (long long)off);
 	close(file);
+	/* the kernel reads only files here: nothing is taken from these */
+	MUST(pipe(q));
+	MUST(write(q[1], "abc", 3));
+	EXPECT_ERR(EINVAL, "sendfile from a pipe", sendfile(fd, q[0], NULL, 3));
+	EXPECT_ERR(ESPIPE, "sendfile from a pipe, with an offset", sendfile(fd, q[0], &off, 3));
+	EXPECT_ERR(EINVAL, "sendfile from the socket itself", sendfile(fd, fd, NULL, 3));
+	EXPECT(3, "read the pipe", read(q[0], b, sizeof(b)));
+	close(q[0]);
+	close(q[1]);
 
 	say("-- splice pipe -> full non-blocking socket");
 	set_nonblock(fd, false);
