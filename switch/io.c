@@ -13,6 +13,7 @@
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -703,82 +704,74 @@ EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t count)
 	return r;
 }
 
-/* Take exactly n bytes the session holds (they were peeked): they went elsewhere. */
-static void consume(struct wsd_sock *s, size_t n)
-{
-	char junk[4096];
-
-	while (n) {
-		struct iovec v = { junk, n < sizeof(junk) ? n : sizeof(junk) };
-		ssize_t r = wsd_sock_recv(s, &v, 1, MSG_DONTWAIT);
-
-		if (r <= 0)
-			break;     /* another thread took them: it had them too */
-		n -= (size_t)r;
-	}
-}
-
-/*
- * Our own non-blocking open file description of a pipe's write end: a
- * write through it takes what fits and never waits, whatever O_NONBLOCK
- * the program's description has.  -1 when it cannot be had.
- */
-static int pipe_nb_open(int fd)
-{
-	char path[40];
-
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	return open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-}
-
 /*
  * socket -> pipe.  The pipe may have fewer free slots than free bytes, so
- * how much it takes is known only once written: the socket's bytes are
- * peeked, written without waiting, and then exactly what the pipe took is
- * taken from the socket.  As in the kernel, the call first waits for room
- * in the pipe (EAGAIN at once when the pipe or the call is non-blocking),
+ * how much it takes is known only once written, and bytes taken from the
+ * socket cannot be put back.  But a pipe that polls writable has a free
+ * slot, and a write of at most a page into a free slot always goes in
+ * whole: so the bytes move a page at a time, each only once the pipe says
+ * it has room for it.  As in the kernel, the call first waits for room in
+ * the pipe (EAGAIN at once when the pipe or the call is non-blocking),
  * then for data as the socket's own O_NONBLOCK says, and returns what fit.
  */
+#define PIPE_PAGE 4096
+
 static ssize_t sock_to_pipe(struct wsd_sock *s, int out, size_t len, unsigned int flags)
 {
-	size_t want = len < COPY_CHUNK ? len : COPY_CHUNK;
-	int pfl = real.fcntl(out, F_GETFL), size, used = 0, wfd = out, k;
-	bool pipe_nb = pfl >= 0 && (pfl & O_NONBLOCK);
-	struct pollfd p = { .fd = out, .events = POLLOUT };
-	struct msghdr m = { 0 };
-	struct iovec v;
-	ssize_t r, w = 0, n;
-	char *buf;
+	int pfl = real.fcntl(out, F_GETFL), rflags = 0;
+	bool nb = (flags & SPLICE_F_NONBLOCK) || (pfl >= 0 && (pfl & O_NONBLOCK));
+	char buf[PIPE_PAGE];
+	size_t done = 0;
+	ssize_t r = 0;
 
-	k = real.poll(&p, 1, pipe_nb || (flags & SPLICE_F_NONBLOCK) ? 0 : -1);
-	if (k < 0)
-		return -errno;
-	/* (no reader: POLLERR, and the write below fails with EPIPE) */
-	if (!k || !(p.revents & (POLLOUT | POLLERR)))
-		return -EAGAIN;
-	/* free bytes bound the take (free slots may bound it more) */
-	size = real.fcntl(out, F_GETPIPE_SZ);
-	if (size > 0 && real.ioctl(out, FIONREAD, &used) == 0 && used < size &&
-	    (size_t)(size - used) < want)
-		want = (size_t)(size - used);
-	if (!(buf = malloc(want)))
-		return -ENOMEM;
-	v = (struct iovec){ buf, want };
-	m.msg_iov = &v;
-	m.msg_iovlen = 1;
-	r = sock_recv(s, &m, MSG_PEEK);
-	if (r > 0 && !pipe_nb && (wfd = pipe_nb_open(out)) < 0)
-		wfd = out;      /* no /proc: a blocking write of at most the free bytes */
-	while (r > 0 && w < r && (n = real.write(wfd, buf + w, (size_t)(r - w))) > 0)
-		w += n;
-	if (r > 0 && !w)
-		r = -errno;
-	else if (r > 0)
-		consume(s, (size_t)(r = w));
-	if (wfd != out)
-		real.close(wfd);
-	free(buf);
-	return r;
+	while (done < len) {
+		struct pollfd p = { .fd = out, .events = POLLOUT };
+		struct msghdr m = { 0 };
+		struct iovec v = { buf, len - done < PIPE_PAGE ? len - done : PIPE_PAGE };
+		ssize_t w = 0, k;
+		int e;
+
+		e = real.poll(&p, 1, nb || done ? 0 : -1);
+		if (e < 0) {
+			r = -errno;
+			break;
+		}
+		if (e && (p.revents & POLLERR)) {
+			/* no reader: EPIPE before the socket is touched, as in the kernel */
+			if (!done)
+				raise(SIGPIPE);
+			r = -EPIPE;
+			break;
+		}
+		if (!e || !(p.revents & POLLOUT)) {
+			r = -EAGAIN;
+			break;
+		}
+		m.msg_iov = &v;
+		m.msg_iovlen = 1;
+		r = sock_recv(s, &m, rflags);
+		if (r <= 0)
+			break;
+		/* a writer of its own may have filled the pipe since: then wait for room */
+		while (w < r && ((k = real.write(out, buf + w, (size_t)(r - w))) > 0 ||
+				 (k < 0 && (errno == EAGAIN || errno == EINTR)))) {
+			if (k > 0) {
+				w += k;
+			} else {
+				struct pollfd q = { .fd = out, .events = POLLOUT };
+
+				real.poll(&q, 1, 10);
+			}
+		}
+		if (w < r) {
+			/* the pipe's reader went: what was taken is gone, as in the kernel */
+			r = done ? 0 : -errno;
+			break;
+		}
+		done += (size_t)w;
+		rflags = MSG_DONTWAIT;   /* the rest is what is there now */
+	}
+	return done ? (ssize_t)done : r;
 }
 
 /*
