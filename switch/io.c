@@ -831,12 +831,17 @@ EXPORT ssize_t splice(int in, off_t *off_in, int out, off_t *off_out, size_t len
 		      unsigned int flags)
 {
 	struct wsd_sock *si = data_sock(in), *so = si ? NULL : data_sock(out);
+	struct stat st;
 	ssize_t r;
 
 	if (!si && !so)
 		return real.splice(in, off_in, out, off_out, len, flags);
 	if ((si && off_in) || (so && off_out))
 		r = -ESPIPE;
+	else if (fstat(si ? out : in, &st))
+		r = -errno;
+	else if (!S_ISFIFO(st.st_mode))
+		r = -EINVAL;    /* one end must be a pipe (the kernel's rule) */
 	else if (!len)
 		r = 0;
 	else

@@ -318,6 +318,13 @@ static void copy_calls(struct peer *p, int port)
 	EXPECT_ERR(EINVAL, "sendfile from a pipe", sendfile(fd, q[0], NULL, 3));
 	EXPECT_ERR(ESPIPE, "sendfile from a pipe, with an offset", sendfile(fd, q[0], &off, 3));
 	EXPECT_ERR(EINVAL, "sendfile from the socket itself", sendfile(fd, fd, NULL, 3));
+	EXPECT_ERR(EINVAL, "splice the socket into itself", splice(fd, NULL, fd, NULL, 3, 0));
+	{
+		int f = temp_file();
+
+		EXPECT_ERR(EINVAL, "splice a file into the socket", splice(f, NULL, fd, NULL, 3, 0));
+		close(f);
+	}
 	EXPECT(3, "read the pipe", read(q[0], b, sizeof(b)));
 	close(q[0]);
 	close(q[1]);
