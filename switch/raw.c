@@ -3,11 +3,11 @@
  * syscall() itself.  A program may read or write a socket by number
  * (syscall(SYS_write, ...)) and no interposed name would see the bytes: on
  * an accelerated connection they would go around the session, and a read
- * would take a doorbell for data.  The numbers that move stream bytes or
- * name a socket's descriptors go to the interposed call of the same name,
- * which returns -1 and sets errno as syscall() does; io_uring_setup runs
- * and then moves every socket back to TCP (guard.c); any other number is
- * the kernel's, with all six arguments.
+ * would take a doorbell for data.  The numbers that move stream bytes,
+ * name a socket's descriptors or set its O_NONBLOCK (fcntl, ioctl) go to
+ * the interposed call of the same name, which returns -1 and sets errno as
+ * syscall() does; io_uring_setup runs and then moves every socket back to
+ * TCP (guard.c); any other number is the kernel's, with all six arguments.
  *
  * The pass-through issues the system call itself: the memory hooks call
  * syscall() (munmap) from inside the C library, before and while `real`
@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -152,10 +153,14 @@ EXPORT long syscall(long nr, ...)
 #endif
 	case SYS_dup3:
 		return dup3((int)a[0], (int)a[1], (int)a[2]);
+	/*
+	 * fcntl and ioctl whole: F_DUPFD* makes a descriptor, and F_SETFL and
+	 * FIONBIO set the O_NONBLOCK the session waits by.
+	 */
 	case SYS_fcntl:
-		if (a[1] == F_DUPFD || a[1] == F_DUPFD_CLOEXEC)
-			return fcntl((int)a[0], (int)a[1], (int)a[2]);
-		return pass(nr, a);
+		return fcntl((int)a[0], (int)a[1], (void *)a[2]);
+	case SYS_ioctl:
+		return ioctl((int)a[0], (unsigned long)a[1], (void *)a[2]);
 	default:
 		return pass(nr, a);
 	}

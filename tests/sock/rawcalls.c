@@ -160,6 +160,14 @@ static void raw_fds(int fd)
 		close(p[1]);
 	}
 	CHECK(syscall(SYS_getpid) == getpid(), "SYS_getpid differs from getpid()");
+	/* O_NONBLOCK set by number is the socket's: a receive then does not wait */
+	EXPECT(0, "SYS_fcntl F_SETFL O_NONBLOCK", syscall(SYS_fcntl, fd, F_SETFL, O_RDWR | O_NONBLOCK));
+	EXPECT_ERR(EAGAIN, "read, nothing there", read(fd, b, 1));
+	EXPECT(0, "SYS_ioctl FIONBIO 0", syscall(SYS_ioctl, fd, FIONBIO, &(int){ 0 }));
+	EXPECT(0, "SYS_ioctl FIONBIO 1", syscall(SYS_ioctl, fd, FIONBIO, &(int){ 1 }));
+	EXPECT_ERR(EAGAIN, "recv, nothing there", recv(fd, b, 1, 0));
+	EXPECT(0, "SYS_fcntl F_SETFL 0", syscall(SYS_fcntl, fd, F_SETFL, O_RDWR));
+	EXPECT(O_RDWR, "fcntl F_GETFL", fcntl(fd, F_GETFL) & (O_ACCMODE | O_NONBLOCK));
 	EXPECT_ERR(EINVAL, "SYS_fcntl bad command", syscall(SYS_fcntl, fd, 99999, 0));
 	expect_path(fd);
 }
