@@ -4,8 +4,10 @@
  * (syscall(SYS_write, ...)) and no interposed name would see the bytes: on
  * an accelerated connection they would go around the session, and a read
  * would take a doorbell for data.  The numbers that move stream bytes,
- * name a socket's descriptors or set its O_NONBLOCK (fcntl, ioctl) go to
- * the interposed call of the same name, which returns -1 and sets errno as
+ * name a socket's descriptors or set its O_NONBLOCK (fcntl, ioctl), and
+ * those of its life and readiness the switch interposes by name (socket
+ * to shutdown, poll, select, epoll, execve) go to the interposed call of
+ * the same name, which returns -1 and sets errno as
  * syscall() does; io_uring_setup runs and then moves every socket back to
  * TCP (guard.c); any other number is the kernel's, with all six arguments.
  *
@@ -161,6 +163,43 @@ EXPORT long syscall(long nr, ...)
 		return fcntl((int)a[0], (int)a[1], (void *)a[2]);
 	case SYS_ioctl:
 		return ioctl((int)a[0], (unsigned long)a[1], (void *)a[2]);
+	/* the socket's life and readiness: the switch must see these too */
+	case SYS_socket:
+		return socket((int)a[0], (int)a[1], (int)a[2]);
+	case SYS_connect:
+		return connect((int)a[0], (const struct sockaddr *)a[1], (socklen_t)a[2]);
+	case SYS_listen:
+		return listen((int)a[0], (int)a[1]);
+	case SYS_accept:
+		return accept((int)a[0], (struct sockaddr *)a[1], (socklen_t *)a[2]);
+	case SYS_accept4:
+		return accept4((int)a[0], (struct sockaddr *)a[1], (socklen_t *)a[2], (int)a[3]);
+	case SYS_shutdown:
+		return shutdown((int)a[0], (int)a[1]);
+	case SYS_setsockopt:
+		return setsockopt((int)a[0], (int)a[1], (int)a[2], (const void *)a[3],
+				  (socklen_t)a[4]);
+	case SYS_getsockopt:
+		return getsockopt((int)a[0], (int)a[1], (int)a[2], (void *)a[3], (socklen_t *)a[4]);
+	case SYS_epoll_create1:
+		return epoll_create1((int)a[0]);
+	case SYS_epoll_ctl:
+		return epoll_ctl((int)a[0], (int)a[1], (int)a[2], (struct epoll_event *)a[3]);
+#ifdef SYS_poll
+	case SYS_poll:
+		return poll((struct pollfd *)a[0], (nfds_t)a[1], (int)a[2]);
+#endif
+#ifdef SYS_epoll_wait
+	case SYS_epoll_wait:
+		return epoll_wait((int)a[0], (struct epoll_event *)a[1], (int)a[2], (int)a[3]);
+#endif
+#ifdef SYS_select
+	case SYS_select:
+		return select((int)a[0], (fd_set *)a[1], (fd_set *)a[2], (fd_set *)a[3],
+			      (struct timeval *)a[4]);
+#endif
+	case SYS_execve:
+		return execve((const char *)a[0], (char *const *)a[1], (char *const *)a[2]);
 	default:
 		return pass(nr, a);
 	}

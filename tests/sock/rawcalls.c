@@ -15,6 +15,8 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -160,6 +162,15 @@ static void raw_fds(int fd)
 		close(p[1]);
 	}
 	CHECK(syscall(SYS_getpid) == getpid(), "SYS_getpid differs from getpid()");
+	{
+		int v = -1;
+		socklen_t vl = sizeof(v);
+
+		/* what the program set, not what the switch may have set for itself */
+		EXPECT(0, "SYS_getsockopt TCP_NODELAY",
+		       syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_NODELAY, &v, &vl));
+		say("  TCP_NODELAY %d", v);
+	}
 	/* O_NONBLOCK set by number is the socket's: a receive then does not wait */
 	EXPECT(0, "SYS_fcntl F_SETFL O_NONBLOCK", syscall(SYS_fcntl, fd, F_SETFL, O_RDWR | O_NONBLOCK));
 	EXPECT_ERR(EAGAIN, "read, nothing there", read(fd, b, 1));
