@@ -3,25 +3,21 @@
  * The data calls under the preload.  An fd that names no socket of ours
  * (files, pipes, unix sockets, listeners) goes straight to the C library;
  * a TCP socket goes through the session, which is the kernel stream itself
- * until a direction switches.
+ * until a direction switches.  sendfile and splice are in copy.c, syscall()
+ * in raw.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <stdlib.h>
-#include <sys/ioctl.h>
-#include <sys/sendfile.h>
-#include <sys/stat.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "switch/switch.h"
 
-/* The socket behind fd when it carries data through the session. */
-static struct wsd_sock *data_sock(int fd)
+struct wsd_sock *wsd_data_sock(int fd)
 {
 	struct wsd_sock *s;
 
@@ -77,7 +73,7 @@ static ssize_t recv_discard(struct wsd_sock *s, size_t len, int flags)
  * byte as sent, ours does not count it as stream data.  A flag the ring
  * does not carry takes the connection back to TCP for good first.
  */
-static ssize_t sock_recv(struct wsd_sock *s, struct msghdr *m, int flags)
+ssize_t wsd_io_recv(struct wsd_sock *s, struct msghdr *m, int flags)
 {
 	const struct iovec *iov = m->msg_iov;
 	int n = (int)m->msg_iovlen, r;
@@ -141,7 +137,7 @@ static ssize_t fastopen(struct wsd_sock *s, const struct msghdr *m, int flags)
 static ssize_t do_recv(struct wsd_sock *s, const struct iovec *iov, int n, int flags)
 {
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
-	ssize_t r = sock_recv(s, &m, flags);
+	ssize_t r = wsd_io_recv(s, &m, flags);
 
 	wsd_sock_put(s);
 	return wsd_ret(r);
@@ -157,7 +153,7 @@ static ssize_t do_send(struct wsd_sock *s, const struct iovec *iov, int n, int f
 
 EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	struct iovec v = { buf, len };
 
 	return s ? do_recv(s, &v, 1, 0) : real.read(fd, buf, len);
@@ -165,7 +161,7 @@ EXPORT ssize_t read(int fd, void *buf, size_t len)
 
 EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	struct iovec v = { (void *)buf, len };
 
 	return s ? do_send(s, &v, 1, 0) : real.write(fd, buf, len);
@@ -173,7 +169,7 @@ EXPORT ssize_t write(int fd, const void *buf, size_t len)
 
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 
 	if (s && (n < 0 || n > IOV_MAX)) {
 		wsd_sock_put(s);
@@ -185,7 +181,7 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 
 	if (s && (n < 0 || n > IOV_MAX)) {
 		wsd_sock_put(s);
@@ -197,7 +193,7 @@ EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 
 EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	struct iovec v = { buf, len };
 
 	return s ? do_recv(s, &v, 1, flags) : real.recv(fd, buf, len, flags);
@@ -205,7 +201,7 @@ EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 
 EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	struct iovec v = { (void *)buf, len };
 
 	return s ? do_send(s, &v, 1, flags) : real.send(fd, buf, len, flags);
@@ -214,7 +210,7 @@ EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
 			socklen_t *alen)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	struct iovec v = { buf, len };
 	ssize_t r;
 
@@ -229,7 +225,7 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockadd
 EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 		      const struct sockaddr *addr, socklen_t alen)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	struct iovec v = { (void *)buf, len };
 	struct msghdr m = { (void *)addr, alen, &v, 1, NULL, 0, 0 };
 	ssize_t r;
@@ -250,7 +246,7 @@ static ssize_t msg_recv(struct wsd_sock *s, struct msghdr *m, int flags)
 
 	if ((int)m->msg_iovlen < 0 || m->msg_iovlen > IOV_MAX)
 		return -EMSGSIZE;
-	r = sock_recv(s, m, flags);
+	r = wsd_io_recv(s, m, flags);
 	if (r >= 0 && !(flags & MSG_ERRQUEUE) && !(flags & MSG_OOB)) {
 		m->msg_namelen = 0;
 		m->msg_controllen = 0;
@@ -261,7 +257,7 @@ static ssize_t msg_recv(struct wsd_sock *s, struct msghdr *m, int flags)
 
 EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	ssize_t r;
 
 	if (!s)
@@ -282,7 +278,7 @@ static ssize_t msg_send(struct wsd_sock *s, const struct msghdr *m, int flags)
 
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	ssize_t r;
 
 	if (!s)
@@ -302,7 +298,7 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
  */
 EXPORT int sendmmsg(int fd, struct mmsghdr *mm, unsigned int vlen, int flags)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	unsigned int i;
 	ssize_t r = 0;
 
@@ -337,7 +333,7 @@ static int64_t ts_ns(const struct timespec *t)
 EXPORT int recvmmsg(int fd, struct mmsghdr *mm, unsigned int vlen, int flags,
 		    struct timespec *tmo)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	struct timespec now;
 	int64_t end = 0;
 	unsigned int i;
@@ -401,7 +397,7 @@ static ssize_t no_offset(off64_t off)
 
 static ssize_t pos_read(int fd, const struct iovec *iov, int n, off64_t off, int rwf, bool v2)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	ssize_t r;
 
 	if (!s)
@@ -422,7 +418,7 @@ static ssize_t pos_read(int fd, const struct iovec *iov, int n, off64_t off, int
 	} else {
 		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
 
-		r = sock_recv(s, &m, (rwf & RWF_NOWAIT) ? MSG_DONTWAIT : 0);
+		r = wsd_io_recv(s, &m, (rwf & RWF_NOWAIT) ? MSG_DONTWAIT : 0);
 	}
 	wsd_sock_put(s);
 	return wsd_ret(r);
@@ -430,7 +426,7 @@ static ssize_t pos_read(int fd, const struct iovec *iov, int n, off64_t off, int
 
 static ssize_t pos_write(int fd, const struct iovec *iov, int n, off64_t off, int rwf, bool v2)
 {
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	ssize_t r;
 
 	if (!s)
@@ -539,7 +535,7 @@ static int print_send(struct wsd_sock *s, const char *buf, int len)
 static int do_vdprintf(int fd, int flag, bool chk, const char *fmt, va_list ap)
 {
 	extern int __vasprintf_chk(char **, int, const char *, va_list);
-	struct wsd_sock *s = data_sock(fd);
+	struct wsd_sock *s = wsd_data_sock(fd);
 	char *buf;
 	int len;
 
@@ -585,270 +581,4 @@ EXPORT int __dprintf_chk(int fd, int flag, const char *fmt, ...)
 	r = do_vdprintf(fd, flag, true, fmt, ap);
 	va_end(ap);
 	return r;
-}
-
-/* ---- sendfile and splice: a correct copy loop through the session ------------------ */
-
-#define COPY_CHUNK 65536
-
-/*
- * Send all of buf on a blocking socket (the kernel's sendfile takes it all
- * too).  EAGAIN (SO_SNDTIMEO ran out) ends it with what went, unless the
- * bytes were already taken from their source (must): then it waits on.
- * No MSG_NOSIGNAL: the kernel's sendfile and splice raise SIGPIPE too.
- */
-static ssize_t send_all(struct wsd_sock *s, const char *buf, size_t len, size_t *sent, bool must)
-{
-	*sent = 0;
-	while (*sent < len) {
-		struct iovec v = { (char *)buf + *sent, len - *sent };
-		ssize_t r = wsd_sock_send(s, &v, 1, 0);
-
-		if (r == -EAGAIN && must) {
-			struct pollfd p = { .fd = s->fd, .events = POLLOUT };
-
-			poll(&p, 1, 10);
-			continue;
-		}
-		if (r == -EAGAIN && *sent)
-			return 0;
-		if (r < 0)
-			return r;
-		*sent += (size_t)r;
-	}
-	return 0;
-}
-
-/*
- * The bytes go on the socket's own terms: a non-blocking one takes what
- * fits and a full one fails EAGAIN at once, as the kernel's sendfile.  A
- * positioned read takes nothing from the file, so the position (or *off)
- * moves by exactly what went.  The kernel reads only regular files and
- * block devices here (anything else is EINVAL; a pipe or a socket with an
- * offset, ESPIPE), so nothing is ever read that could not be put back.
- */
-static ssize_t file_to_sock(struct wsd_sock *s, int in, off_t *off, size_t count)
-{
-	struct stat st;
-	off_t pos;
-	ssize_t got, r = 0;
-	size_t total = 0, sent;
-	char *buf;
-
-	if (fstat(in, &st))
-		return -errno;
-	if (off && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
-		return -ESPIPE;
-	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
-		return -EINVAL;
-	if (off && *off < 0)
-		return -EINVAL;
-	pos = off ? *off : lseek(in, 0, SEEK_CUR);
-	if (pos < 0)
-		return -errno;
-	if (!(buf = malloc(COPY_CHUNK)))
-		return -ENOMEM;
-	while (total < count) {
-		size_t want = count - total < COPY_CHUNK ? count - total : COPY_CHUNK;
-
-		got = pread(in, buf, want, pos);
-		if (got < 0) {
-			r = -errno;
-			break;
-		}
-		if (got == 0)
-			break;
-		if (s->nonblock) {
-			struct iovec v = { buf, (size_t)got };
-
-			r = wsd_sock_send(s, &v, 1, 0);
-			if (r < 0)
-				break;
-			sent = (size_t)r;
-			r = 0;
-		} else {
-			r = send_all(s, buf, (size_t)got, &sent, false);
-		}
-		total += sent;
-		pos += (off_t)sent;
-		if (r < 0 || sent < (size_t)got)
-			break;
-	}
-	if (off)
-		*off = pos;
-	else
-		lseek(in, pos, SEEK_SET);
-	free(buf);
-	return total ? (ssize_t)total : r;
-}
-
-EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
-{
-	struct wsd_sock *s = data_sock(out);
-	ssize_t r;
-
-	if (!s)
-		return real.sendfile(out, in, off, count);
-	r = file_to_sock(s, in, off, count);
-	wsd_sock_put(s);
-	return wsd_ret(r);
-}
-
-EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t count)
-{
-	off_t o = off ? (off_t)*off : 0;
-	ssize_t r = sendfile(out, in, off ? &o : NULL, count);
-
-	if (off)
-		*off = o;
-	return r;
-}
-
-/*
- * socket -> pipe.  The pipe may have fewer free slots than free bytes, so
- * how much it takes is known only once written, and bytes taken from the
- * socket cannot be put back.  But a pipe that polls writable has a free
- * slot, and a write of at most a page into a free slot always goes in
- * whole: so the bytes move a page at a time, each only once the pipe says
- * it has room for it.  As in the kernel, the call first waits for room in
- * the pipe (EAGAIN at once when the pipe or the call is non-blocking),
- * then for data as the socket's own O_NONBLOCK says, and returns what fit.
- */
-#define PIPE_PAGE 4096
-
-static ssize_t sock_to_pipe(struct wsd_sock *s, int out, size_t len, unsigned int flags)
-{
-	int pfl = real.fcntl(out, F_GETFL), rflags = 0;
-	bool nb = (flags & SPLICE_F_NONBLOCK) || (pfl >= 0 && (pfl & O_NONBLOCK));
-	char buf[PIPE_PAGE];
-	size_t done = 0;
-	ssize_t r = 0;
-
-	while (done < len) {
-		struct pollfd p = { .fd = out, .events = POLLOUT };
-		struct msghdr m = { 0 };
-		struct iovec v = { buf, len - done < PIPE_PAGE ? len - done : PIPE_PAGE };
-		ssize_t w = 0, k;
-		int e;
-
-		e = real.poll(&p, 1, nb || done ? 0 : -1);
-		if (e < 0) {
-			r = -errno;
-			break;
-		}
-		if (e && (p.revents & POLLERR)) {
-			/* no reader: EPIPE before the socket is touched, as in the kernel */
-			if (!done)
-				raise(SIGPIPE);
-			r = -EPIPE;
-			break;
-		}
-		if (!e || !(p.revents & POLLOUT)) {
-			r = -EAGAIN;
-			break;
-		}
-		m.msg_iov = &v;
-		m.msg_iovlen = 1;
-		r = sock_recv(s, &m, rflags);
-		if (r <= 0)
-			break;
-		/* a writer of its own may have filled the pipe since: then wait for room */
-		while (w < r && ((k = real.write(out, buf + w, (size_t)(r - w))) > 0 ||
-				 (k < 0 && (errno == EAGAIN || errno == EINTR)))) {
-			if (k > 0) {
-				w += k;
-			} else {
-				struct pollfd q = { .fd = out, .events = POLLOUT };
-
-				real.poll(&q, 1, 10);
-			}
-		}
-		if (w < r) {
-			/* the pipe's reader went: what was taken is gone, as in the kernel */
-			r = done ? 0 : -errno;
-			break;
-		}
-		done += (size_t)w;
-		rflags = MSG_DONTWAIT;   /* the rest is what is there now */
-	}
-	return done ? (ssize_t)done : r;
-}
-
-/*
- * pipe -> socket.  A blocking socket takes all that is read from the pipe.
- * A non-blocking one may take less, or nothing: the pipe's bytes are
- * copied first (tee into a pipe of our own, which consumes nothing), sent,
- * and exactly what went is then read from the pipe.
- */
-static ssize_t pipe_to_sock(struct wsd_sock *s, int in, size_t len, unsigned int flags)
-{
-	size_t want = len < COPY_CHUNK ? len : COPY_CHUNK, sent = 0;
-	struct pollfd p = { .fd = in, .events = POLLIN };
-	int tp[2] = { -1, -1 }, pfl = real.fcntl(in, F_GETFL);
-	ssize_t r, got;
-	char *buf;
-
-	/* an empty pipe: no wait when it or the call is non-blocking */
-	if (((flags & SPLICE_F_NONBLOCK) || (pfl >= 0 && (pfl & O_NONBLOCK))) &&
-	    real.poll(&p, 1, 0) == 0)
-		return -EAGAIN;
-	if (!(buf = malloc(want)))
-		return -ENOMEM;
-	if (s->nonblock && pipe2(tp, O_CLOEXEC) == 0) {
-		/* wait for data (or the end) as the kernel would, then copy it */
-		while ((r = tee(in, tp[1], want, SPLICE_F_NONBLOCK)) < 0 && errno == EAGAIN &&
-		       real.poll(&p, 1, -1) >= 0)
-			;
-		got = r > 0 ? real.read(tp[0], buf, (size_t)r) : r;
-		real.close(tp[0]);
-		real.close(tp[1]);
-		if (got <= 0) {
-			free(buf);
-			return got < 0 ? -errno : 0;
-		}
-		{
-			struct iovec v = { buf, (size_t)got };
-
-			r = wsd_sock_send(s, &v, 1, 0);
-		}
-		if (r > 0 && real.read(in, buf, (size_t)r) != r)
-			r = -EIO;    /* another reader took them meanwhile */
-		free(buf);
-		return r;
-	}
-	got = real.read(in, buf, want);
-	if (got > 0) {
-		r = send_all(s, buf, (size_t)got, &sent, true);
-		r = sent ? (ssize_t)sent : r;
-	} else {
-		r = got < 0 ? -errno : 0;
-	}
-	free(buf);
-	return r;
-}
-
-EXPORT ssize_t splice(int in, off_t *off_in, int out, off_t *off_out, size_t len,
-		      unsigned int flags)
-{
-	struct wsd_sock *si = data_sock(in), *so = si ? NULL : data_sock(out);
-	struct stat st;
-	ssize_t r;
-
-	if (!si && !so)
-		return real.splice(in, off_in, out, off_out, len, flags);
-	if ((si && off_in) || (so && off_out))
-		r = -ESPIPE;
-	else if (fstat(si ? out : in, &st))
-		r = -errno;
-	else if (!S_ISFIFO(st.st_mode))
-		r = -EINVAL;    /* one end must be a pipe (the kernel's rule) */
-	else if (!len)
-		r = 0;
-	else
-		r = si ? sock_to_pipe(si, out, len, flags) : pipe_to_sock(so, in, len, flags);
-	if (si)
-		wsd_sock_put(si);
-	if (so)
-		wsd_sock_put(so);
-	return wsd_ret(r);
 }
