@@ -36,6 +36,8 @@ static void fill(void)
 	FILL(epoll_create); FILL(epoll_create1); FILL(epoll_ctl); FILL(epoll_wait);
 	FILL(epoll_pwait); FILL(dup); FILL(dup2); FILL(dup3); FILL(fcntl); FILL(ioctl);
 	FILL(fork); FILL(setsockopt); FILL(getsockopt);
+	FILL(sendmmsg); FILL(recvmmsg); FILL(preadv64); FILL(pwritev64); FILL(preadv64v2);
+	FILL(pwritev64v2); FILL(vdprintf); FILL(__vdprintf_chk);
 }
 
 void wsd_real_init(void)

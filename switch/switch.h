@@ -14,9 +14,10 @@
  * doorbell.  wsd-protocol(7) is the reference for what goes on the wire.
  *
  * Files: real.c (the C library's own calls), fdtab.c (fd -> sock), sock.c
- * (socket lifecycle calls), io.c (data calls), poll.c (readiness calls),
- * session.c (the ring protocol), upgrade.c (registry and handshake),
- * stat.c (counters published for `wsd stat`).
+ * (socket lifecycle calls), io.c (data calls), copy.c (sendfile, splice),
+ * raw.c (syscall()), poll.c (readiness calls), session.c (the ring
+ * protocol), upgrade.c (registry and handshake), guard.c (keeping sockets
+ * on TCP), stat.c (counters published for `wsd stat`).
  */
 #ifndef WSD_SWITCH_H
 #define WSD_SWITCH_H
@@ -25,6 +26,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -80,6 +82,15 @@ struct real_calls {
 	pid_t (*fork)(void);
 	int (*setsockopt)(int, int, int, const void *, socklen_t);
 	int (*getsockopt)(int, int, int, void *, socklen_t *);
+	/* the data calls beyond the socket API's (io.c) */
+	int (*sendmmsg)(int, struct mmsghdr *, unsigned int, int);
+	int (*recvmmsg)(int, struct mmsghdr *, unsigned int, int, struct timespec *);
+	ssize_t (*preadv64)(int, const struct iovec *, int, off64_t);
+	ssize_t (*pwritev64)(int, const struct iovec *, int, off64_t);
+	ssize_t (*preadv64v2)(int, const struct iovec *, int, off64_t, int);
+	ssize_t (*pwritev64v2)(int, const struct iovec *, int, off64_t, int);
+	int (*vdprintf)(int, const char *, va_list);
+	int (*__vdprintf_chk)(int, int, const char *, va_list);
 };
 
 extern struct real_calls real;
@@ -232,6 +243,17 @@ static inline bool wsd_sock_upgraded(const struct wsd_sock *s)
 {
 	return s->sess && !s->detached && !(s->rx_back && s->tx_back);
 }
+
+/* ---- data calls (io.c, copy.c) ------------------------------------------------ */
+
+/* The socket behind fd when it carries data through the session (a reference), or NULL. */
+struct wsd_sock *wsd_data_sock(int fd);
+/*
+ * One receive through the session whatever the flags (MSG_OOB and
+ * MSG_ERRQUEUE to the kernel, MSG_TRUNC discarding, a flag the ring does
+ * not carry after the way back to TCP): bytes or -errno.
+ */
+ssize_t wsd_io_recv(struct wsd_sock *s, struct msghdr *m, int flags);
 
 /* ---- fd table (fdtab.c) ------------------------------------------------------ */
 

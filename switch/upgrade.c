@@ -293,6 +293,18 @@ static void match(int fd, struct wsd_sock *s, void *arg)
 	}
 }
 
+/*
+ * Urgent data waits on the socket: its sender's kernel counted a byte that
+ * our stream never shows (it is out of band), so no handover count could
+ * be right.  Such a connection stays on TCP (libwsd(7), MSG_OOB).
+ */
+static bool urgent_seen(const struct wsd_sock *s)
+{
+	struct pollfd p = { .fd = s->fd, .events = POLLPRI };
+
+	return real.poll(&p, 1, 0) > 0 && (p.revents & POLLPRI);
+}
+
 static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello *h)
 {
 	struct wsd_session *ss;
@@ -300,6 +312,11 @@ static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello 
 	int expect = UP_NONE, err;
 	long ms;
 
+	if (urgent_seen(s)) {
+		refuse(ws, R_UNSUPPORTED);
+		set_reason(s, R_UNSUPPORTED);
+		return;
+	}
 	if (s->no_upgrade || !atomic_compare_exchange_strong(&s->upgrade_state, &expect,
 							      UP_RUNNING)) {
 		refuse(ws, s->no_upgrade ? (enum wsd_reason)s->why_not : R_REFUSED);
@@ -703,6 +720,8 @@ static void client_upgrade(struct wsd_sock *s)
 
 	if (atomic_load(&s->nfds) == 0 || s->no_upgrade)
 		return fail(s, s->no_upgrade ? (enum wsd_reason)s->why_not : R_FORKED);
+	if (urgent_seen(s))
+		return fail(s, R_UNSUPPORTED);
 	if (learn_tuple(s))
 		return fail(s, R_PEER_PLAIN);
 	tolen = peer_addr(s, &to);

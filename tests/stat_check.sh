@@ -26,6 +26,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 # start MODE: runs the writer in the background (pid in $pid), waits for "ready"
 start() {
 	out=$tmp/out.$1
+	# emptied here: the background redirection may truncate it only after
+	# wait_for has read the last writer's "ready" from it
+	: >"$out"
 	"$writer" "$1" >"$out" 2>&1 &
 	pid=$!
 	pids="$pids $pid"

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sendfile and splice on a socket of ours: a correct copy loop through
+ * the session (the kernel's own would move the stream's bytes behind it).
+ * Each takes from its source only what the socket or the pipe took, so no
+ * byte is lost or sent twice, and waits only where the kernel's would.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "switch/switch.h"
+
+#define COPY_CHUNK 65536
+
+/*
+ * Send all of buf on a blocking socket (the kernel's sendfile takes it all
+ * too).  EAGAIN (SO_SNDTIMEO ran out) ends it with what went, unless the
+ * bytes were already taken from their source (must): then it waits on.
+ * No MSG_NOSIGNAL: the kernel's sendfile and splice raise SIGPIPE too.
+ */
+static ssize_t send_all(struct wsd_sock *s, const char *buf, size_t len, size_t *sent, bool must)
+{
+	*sent = 0;
+	while (*sent < len) {
+		struct iovec v = { (char *)buf + *sent, len - *sent };
+		ssize_t r = wsd_sock_send(s, &v, 1, 0);
+
+		if (r == -EAGAIN && must) {
+			struct pollfd p = { .fd = s->fd, .events = POLLOUT };
+
+			poll(&p, 1, 10);
+			continue;
+		}
+		if (r == -EAGAIN && *sent)
+			return 0;
+		if (r < 0)
+			return r;
+		*sent += (size_t)r;
+	}
+	return 0;
+}
+
+/*
+ * The bytes go on the socket's own terms: a non-blocking one takes what
+ * fits and a full one fails EAGAIN at once, as the kernel's sendfile.  A
+ * positioned read takes nothing from the file, so the position (or *off)
+ * moves by exactly what went.  The kernel reads only regular files and
+ * block devices here (anything else is EINVAL; a pipe or a socket with an
+ * offset, ESPIPE), so nothing is ever read that could not be put back.
+ */
+static ssize_t file_to_sock(struct wsd_sock *s, int in, off_t *off, size_t count)
+{
+	struct stat st;
+	off_t pos;
+	ssize_t got, r = 0;
+	size_t total = 0, sent;
+	char *buf;
+
+	if (fstat(in, &st))
+		return -errno;
+	if (off && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+		return -ESPIPE;
+	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
+		return -EINVAL;
+	if (off && *off < 0)
+		return -EINVAL;
+	pos = off ? *off : lseek(in, 0, SEEK_CUR);
+	if (pos < 0)
+		return -errno;
+	if (!(buf = malloc(COPY_CHUNK)))
+		return -ENOMEM;
+	while (total < count) {
+		size_t want = count - total < COPY_CHUNK ? count - total : COPY_CHUNK;
+
+		got = pread(in, buf, want, pos);
+		if (got < 0) {
+			r = -errno;
+			break;
+		}
+		if (got == 0)
+			break;
+		if (s->nonblock) {
+			struct iovec v = { buf, (size_t)got };
+
+			r = wsd_sock_send(s, &v, 1, 0);
+			if (r < 0)
+				break;
+			sent = (size_t)r;
+			r = 0;
+		} else {
+			r = send_all(s, buf, (size_t)got, &sent, false);
+		}
+		total += sent;
+		pos += (off_t)sent;
+		if (r < 0 || sent < (size_t)got)
+			break;
+	}
+	if (off)
+		*off = pos;
+	else
+		lseek(in, pos, SEEK_SET);
+	free(buf);
+	return total ? (ssize_t)total : r;
+}
+
+EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
+{
+	struct wsd_sock *s = wsd_data_sock(out);
+	ssize_t r;
+
+	if (!s)
+		return real.sendfile(out, in, off, count);
+	r = file_to_sock(s, in, off, count);
+	wsd_sock_put(s);
+	return wsd_ret(r);
+}
+
+EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t count)
+{
+	off_t o = off ? (off_t)*off : 0;
+	ssize_t r = sendfile(out, in, off ? &o : NULL, count);
+
+	if (off)
+		*off = o;
+	return r;
+}
+
+/*
+ * socket -> pipe.  The pipe may have fewer free slots than free bytes, so
+ * how much it takes is known only once written, and bytes taken from the
+ * socket cannot be put back.  But a pipe that polls writable has a free
+ * slot, and a write of at most a page into a free slot always goes in
+ * whole: so the bytes move a page at a time, each only once the pipe says
+ * it has room for it.  As in the kernel, the call first waits for room in
+ * the pipe (EAGAIN at once when the pipe or the call is non-blocking),
+ * then for data as the socket's own O_NONBLOCK says, and returns what fit.
+ */
+#define PIPE_PAGE 4096
+
+static ssize_t sock_to_pipe(struct wsd_sock *s, int out, size_t len, unsigned int flags)
+{
+	int pfl = real.fcntl(out, F_GETFL), rflags = 0;
+	bool nb = (flags & SPLICE_F_NONBLOCK) || (pfl >= 0 && (pfl & O_NONBLOCK));
+	char buf[PIPE_PAGE];
+	size_t done = 0;
+	ssize_t r = 0;
+
+	while (done < len) {
+		struct pollfd p = { .fd = out, .events = POLLOUT };
+		struct msghdr m = { 0 };
+		struct iovec v = { buf, len - done < PIPE_PAGE ? len - done : PIPE_PAGE };
+		ssize_t w = 0, k;
+		int e;
+
+		e = real.poll(&p, 1, nb || done ? 0 : -1);
+		if (e < 0) {
+			r = -errno;
+			break;
+		}
+		if (e && (p.revents & POLLERR)) {
+			/* no reader: EPIPE before the socket is touched, as in the kernel */
+			if (!done)
+				raise(SIGPIPE);
+			r = -EPIPE;
+			break;
+		}
+		if (!e || !(p.revents & POLLOUT)) {
+			r = -EAGAIN;
+			break;
+		}
+		m.msg_iov = &v;
+		m.msg_iovlen = 1;
+		r = wsd_io_recv(s, &m, rflags);
+		if (r <= 0)
+			break;
+		/* a writer of its own may have filled the pipe since: then wait for room */
+		while (w < r && ((k = real.write(out, buf + w, (size_t)(r - w))) > 0 ||
+				 (k < 0 && (errno == EAGAIN || errno == EINTR)))) {
+			if (k > 0) {
+				w += k;
+			} else {
+				struct pollfd q = { .fd = out, .events = POLLOUT };
+
+				real.poll(&q, 1, 10);
+			}
+		}
+		if (w < r) {
+			/* the pipe's reader went: what was taken is gone, as in the kernel */
+			r = done ? 0 : -errno;
+			break;
+		}
+		done += (size_t)w;
+		rflags = MSG_DONTWAIT;   /* the rest is what is there now */
+	}
+	return done ? (ssize_t)done : r;
+}
+
+/*
+ * pipe -> socket.  A blocking socket takes all that is read from the pipe.
+ * A non-blocking one may take less, or nothing: the pipe's bytes are
+ * copied first (tee into a pipe of our own, which consumes nothing), sent,
+ * and exactly what went is then read from the pipe.
+ */
+static ssize_t pipe_to_sock(struct wsd_sock *s, int in, size_t len, unsigned int flags)
+{
+	size_t want = len < COPY_CHUNK ? len : COPY_CHUNK, sent = 0;
+	struct pollfd p = { .fd = in, .events = POLLIN };
+	int tp[2] = { -1, -1 }, pfl = real.fcntl(in, F_GETFL);
+	ssize_t r, got;
+	char *buf;
+
+	/* an empty pipe: no wait when it or the call is non-blocking */
+	if (((flags & SPLICE_F_NONBLOCK) || (pfl >= 0 && (pfl & O_NONBLOCK))) &&
+	    real.poll(&p, 1, 0) == 0)
+		return -EAGAIN;
+	if (!(buf = malloc(want)))
+		return -ENOMEM;
+	if (s->nonblock && pipe2(tp, O_CLOEXEC) == 0) {
+		/* wait for data (or the end) as the kernel would, then copy it */
+		while ((r = tee(in, tp[1], want, SPLICE_F_NONBLOCK)) < 0 && errno == EAGAIN &&
+		       real.poll(&p, 1, -1) >= 0)
+			;
+		got = r > 0 ? real.read(tp[0], buf, (size_t)r) : r;
+		real.close(tp[0]);
+		real.close(tp[1]);
+		if (got <= 0) {
+			free(buf);
+			return got < 0 ? -errno : 0;
+		}
+		{
+			struct iovec v = { buf, (size_t)got };
+
+			r = wsd_sock_send(s, &v, 1, 0);
+		}
+		if (r > 0 && real.read(in, buf, (size_t)r) != r)
+			r = -EIO;    /* another reader took them meanwhile */
+		free(buf);
+		return r;
+	}
+	got = real.read(in, buf, want);
+	if (got > 0) {
+		r = send_all(s, buf, (size_t)got, &sent, true);
+		r = sent ? (ssize_t)sent : r;
+	} else {
+		r = got < 0 ? -errno : 0;
+	}
+	free(buf);
+	return r;
+}
+
+EXPORT ssize_t splice(int in, off_t *off_in, int out, off_t *off_out, size_t len,
+		      unsigned int flags)
+{
+	struct wsd_sock *si = wsd_data_sock(in), *so = si ? NULL : wsd_data_sock(out);
+	struct stat st;
+	ssize_t r;
+
+	if (!si && !so)
+		return real.splice(in, off_in, out, off_out, len, flags);
+	if ((si && off_in) || (so && off_out))
+		r = -ESPIPE;
+	else if (fstat(si ? out : in, &st))
+		r = -errno;
+	else if (!S_ISFIFO(st.st_mode))
+		r = -EINVAL;    /* one end must be a pipe (the kernel's rule) */
+	else if (!len)
+		r = 0;
+	else
+		r = si ? sock_to_pipe(si, out, len, flags) : pipe_to_sock(so, in, len, flags);
+	if (si)
+		wsd_sock_put(si);
+	if (so)
+		wsd_sock_put(so);
+	return wsd_ret(r);
+}
