@@ -43,7 +43,17 @@
 #define W_RX 0
 #define W_TX 1
 #define W_MU 2
+#define W_FAIL 3                     /* session_fail's: the first report only */
 #define TICK_MS 10                   /* waits no doorbell can end */
+/*
+ * A doorbell the peer announced may take this long to reach our kernel
+ * socket (wsd-protocol(7), Doorbells): on one host the loopback delivers
+ * it within the sender's call, but a loaded machine may defer that to
+ * ksoftirqd; across hosts TCP retransmits a lost segment after a backoff
+ * of seconds.  Past it, someone read the kernel socket behind our back.
+ */
+#define BELL_GRACE_SHM_MS 2000
+#define BELL_GRACE_VERBS_MS 10000
 #define PROOF_MS 2000                /* part of a proof waits this for the rest */
 
 static size_t iov_total(const struct iovec *iov, int n)
@@ -348,7 +358,7 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	ss->stage_handle = t->lpWSPRegisterMemory(ws, ss->stage, ss->stage_len, MEM_READ, &err);
 	if (!ss->stage_handle)
 		goto fail;
-	/* word pairs at [0, 6), our offer's block at [8, 16) */
+	/* word pairs at [0, 8), our offer's block at [8, 16) */
 	ss->words_handle = t->lpWSPRegisterMemory(ws, ss->words, 128, MEM_READ, &err);
 	if (!ss->words_handle)
 		goto fail;
@@ -523,14 +533,31 @@ bool wsd_sock_tx_stream(struct wsd_sock *s)
 
 /* ---- doorbells --------------------------------------------------------------- */
 
-/* tx_lock held: one bell on the stream, counted (BACK tells the peer how many). */
+/*
+ * tx_lock held: one bell on the stream, counted (BACK tells the peer how
+ * many).  Announced first (CW_BELLS, with the "one more" bit): the peer
+ * takes a byte on the stream that it finds no count for as one moved by a
+ * call the switch did not see.  A bell the kernel does not take is
+ * unannounced again, or the peer would wait for it (and, after its grace,
+ * call it stolen).  false with errno when it was not written.
+ */
 static bool try_bell(struct wsd_sock *s)
 {
-	static const char bell = 0;
+	struct wsd_session *ss = s->sess;
+	uint8_t bell = wsd_bell_value(ss->bells_tx + 1);
+	int e;
 
-	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+	if (put_word(ss, W_TX, CW_BELLS, ss->bells_tx << 1 | 1)) {
+		errno = ECONNRESET;
 		return false;
-	s->sess->bells_tx++;
+	}
+	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+		e = errno;
+		put_word(ss, W_TX, CW_BELLS, ss->bells_tx << 1);
+		errno = e;
+		return false;
+	}
+	ss->bells_tx++;
 	wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
 	return true;
 }
@@ -641,53 +668,119 @@ static void ring_space(struct wsd_sock *s)
 	pthread_mutex_unlock(&s->tx_lock);
 }
 
+static void session_fail(struct wsd_session *ss, enum wsd_reason reason, const char *why);
+static bool faulted(const struct wsd_session *ss);
+
+/* The doorbells the peer still owes on the stream (mu held). */
+static uint64_t bells_owed(struct wsd_session *ss)
+{
+	uint64_t back = ctl_get(ss, CW_BACK_BELLS);
+	uint64_t ann = back ? back - 1 : wsd_bells_announced(ctl_get(ss, CW_BELLS));
+
+	return ann > ss->bells_rx ? ann - ss->bells_rx : 0;
+}
+
+static int64_t bell_grace_ms(const struct wsd_session *ss)
+{
+	return ss->path == PATH_VERBS ? BELL_GRACE_VERBS_MS : BELL_GRACE_SHM_MS;
+}
+
+/*
+ * mu held, our kernel socket empty: doorbells the peer announced that do
+ * not come within the grace were read by a call we did not see.  Until
+ * then a wait in poll, select or epoll looks again by then (wsd_recheck_ms),
+ * as a blocking receive does (bells_wait_ms).
+ */
+static void bells_due(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t now, left;
+
+	if (!bells_owed(ss)) {
+		ss->bells_short_since = 0;
+		return;
+	}
+	now = wsd_now_ms();
+	if (!ss->bells_short_since || ss->bells_short_at != ss->bells_rx) {
+		ss->bells_short_since = now;
+		ss->bells_short_at = ss->bells_rx;
+	}
+	left = ss->bells_short_since + bell_grace_ms(ss) - now;
+	if (left <= 0) {
+		session_fail(ss, R_BYPASS, "bells: announced doorbells never came (read behind "
+				       "the switch's back)");
+		return;
+	}
+	if (wsd_recheck_ms < 0 || wsd_recheck_ms > left)
+		wsd_recheck_ms = (int)left;
+}
+
+/* How long a blocking wait may sleep before bells_due must look again, or -1. */
+static int bells_wait_ms(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t left;
+
+	if (!ss || !ss->bells_short_since || s->rx_mode != DIR_RING)
+		return -1;
+	left = ss->bells_short_since + bell_grace_ms(ss) - wsd_now_ms();
+	return left > 0 ? (int)left + 1 : 0;
+}
+
 /*
  * mu held, no other sleeper: read doorbells (ring mode only: they are not
- * data).  Once the peer went back to the stream (back_bells), its bytes
- * after its last bell are data: look first (MSG_PEEK), then take no more
- * than its count.  The peer sets back_bells before it sends data, so bytes
- * seen before back_bells was read as unset are all bells.
+ * data).  Look first (MSG_PEEK), then read the peer's counts: a bell in
+ * our kernel socket was announced (CW_BELLS) before it was sent, and the
+ * peer sets back_bells before it sends data by the stream, so every byte
+ * looked at must be the next announced bell, and once the peer went back
+ * the bytes after its last bell are data, left where they are.  Any other
+ * byte was written by a call a switch did not see: the connection is
+ * reset (R_BYPASS), never the byte delivered nor dropped.
  */
 static void drain(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	char buf[256];
+	uint8_t buf[256];
+	const char *why;
 	ssize_t n;
 
-	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err)
+	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err || faulted(ss))
 		return;
 	for (;;) {
-		uint64_t lim = ctl_get(ss, CW_BACK_BELLS);
-		size_t want = sizeof(buf);
+		uint64_t back, ann;
+		size_t want;
 
-		if (!lim) {
-			n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
-			if (n > 0) {
-				want = (size_t)n;
-				lim = ctl_get(ss, CW_BACK_BELLS);
-			}
-		}
-		if (lim) {
-			uint64_t left = lim - 1 > ss->bells_rx ? lim - 1 - ss->bells_rx : 0;
+		n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
+		if (n <= 0)
+			break;
+		want = (size_t)n;
+		back = ctl_get(ss, CW_BACK_BELLS);
+		ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
+		if (back) {
+			uint64_t left = back - 1 > ss->bells_rx ? back - 1 - ss->bells_rx : 0;
 
 			if (left < want)
 				want = (size_t)left;
 			if (!want)
 				return;
 		}
+		if (wsd_wire_bells_check(buf, want, ss->bells_rx, ann, &why)) {
+			session_fail(ss, R_BYPASS, why);
+			return;
+		}
 		n = real.recv(s->fd, buf, want, MSG_DONTWAIT);
-		if (n > 0) {
-			ss->bells_rx += (uint64_t)n;
-			wsd_stat_add(s->stat, &s->stat->doorbells_rx, (uint64_t)n);
-			continue;
-		}
-		if (n == 0)
-			s->tcp_eof = true;
-		else if (errno != EAGAIN && errno != EINTR) {
-			s->tcp_err = true;
-			s->tcp_errno = errno;
-		}
-		return;
+		if (n <= 0)
+			break;
+		ss->bells_rx += (uint64_t)n;
+		wsd_stat_add(s->stat, &s->stat->doorbells_rx, (uint64_t)n);
+	}
+	if (n == 0) {
+		s->tcp_eof = true;
+	} else if (errno == EAGAIN) {
+		bells_due(s);
+	} else if (errno != EINTR) {
+		s->tcp_err = true;
+		s->tcp_errno = errno;
 	}
 }
 
@@ -754,9 +847,18 @@ static void session_fail(struct wsd_session *ss, enum wsd_reason reason, const c
 					 __ATOMIC_ACQUIRE))
 		return;
 	wsd_debug("switch: fd %d: %s: %s: connection reset", s ? s->fd : -1,
-		  reason == R_AUTH ? "the ring's peer failed its proof" : "protocol violation", why);
+		  reason == R_AUTH ? "the ring's peer failed its proof" :
+		  reason == R_BYPASS ? "bytes moved behind the switch's back" :
+				       "protocol violation", why);
 	if (!s)
 		return;
+	/*
+	 * A bypass is no fault of the peer's switch: tell it why (before the
+	 * reset it would otherwise take for a plain one), so that its program
+	 * fails too and its wsd stat says bypass.
+	 */
+	if (reason == R_BYPASS)
+		put_word(ss, W_FAIL, CW_CLOSED, 3);
 	s->tcp_err = true;
 	s->tcp_errno = ECONNRESET;
 	s->tx_shut = true;
@@ -780,6 +882,19 @@ static void protocol_fail(struct wsd_session *ss, const char *why)
 static bool faulted(const struct wsd_session *ss)
 {
 	return ss && __atomic_load_n(&ss->fault, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * The peer's switch found bytes on the stream it did not send (closed 3):
+ * this end fails the same way, reason bypass.  True when the session failed.
+ */
+static bool peer_bypass(struct wsd_session *ss)
+{
+	if (!ss || faulted(ss))
+		return faulted(ss);
+	if (!peer_untrusted(ss) && ctl_get(ss, CW_CLOSED) == 3)
+		session_fail(ss, R_BYPASS, "the peer found bytes on the stream that no switch sent");
+	return faulted(ss);
 }
 
 /* After a violation: the reset once (as the kernel reports one), then the end. */
@@ -1099,11 +1214,25 @@ static size_t proof_in_read(struct wsd_sock *s, const struct cursor *c, size_t l
 	s->proof_got = (uint8_t)m;
 	s->proof_since = wsd_now_ms();
 	if (m == WSD_NONCE) {
+		uint64_t ann;
+		const char *why = NULL;
+
 		atomic_store(&s->proven, true);
 		s->rx_mode = DIR_RING;
+		/* read, and not data: each must be the next announced bell (BACK counts them) */
+		ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
 		pthread_mutex_lock(&s->mu);
-		ss->bells_rx += n - left - m;   /* read, and not data: BACK counts them */
+		for (size_t rest = n - left - m; rest && !why;) {
+			size_t q = rest < sizeof(b) ? rest : sizeof(b);
+
+			cur_copy_from(&k, b, q);
+			if (!wsd_wire_bells_check(b, q, ss->bells_rx, ann, &why))
+				ss->bells_rx += q;
+			rest -= q;
+		}
 		pthread_mutex_unlock(&s->mu);
+		if (why)
+			session_fail(ss, R_BYPASS, why);
 	}
 	return left;
 }
@@ -1302,8 +1431,10 @@ static void check_back(struct wsd_sock *s)
 	memcpy(&bells, r.payload, sizeof(bells));
 	pthread_mutex_lock(&s->mu);
 	e = wsd_wire_back_check(bells, lim, ss->bells_rx, &why);
-	if (!e)
+	if (!e) {
 		s->rx_skip = bells - ss->bells_rx;
+		s->rx_skip_end = bells;
+	}
 	pthread_mutex_unlock(&s->mu);
 	if (e) {
 		protocol_fail(ss, why);
@@ -1318,15 +1449,47 @@ static void check_back(struct wsd_sock *s)
 	set_back(s, true);
 }
 
-/* Skip up to *left bells on the stream without waiting: -EAGAIN while some are on their way. */
-static int skip_bells(struct wsd_sock *s, uint64_t *left)
+/*
+ * A byte that should be a bell is not, on a socket whose rx is back on the
+ * stream (a session, or only the prefix a fork or an exec left): reset.
+ */
+static int bypass_reset(struct wsd_sock *s, const char *why)
 {
-	char junk[256];
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+
+	if (s->sess && !s->detached) {
+		session_fail(s->sess, R_BYPASS, why);
+		s->tcp_err = false;   /* the reset is this call's: then the end */
+		s->tcp_eof = true;
+		return -ECONNRESET;
+	}
+	wsd_debug("switch: fd %d: bytes moved behind the switch's back: %s: connection reset",
+		  s->fd, why);
+	wsd_stat_begin(s->stat);
+	s->stat->reason = R_BYPASS;
+	wsd_stat_end(s->stat);
+	real.connect(s->fd, &unspec, sizeof(unspec));
+	return -ECONNRESET;
+}
+
+/*
+ * Skip up to *left bells on the stream without waiting, the last of them
+ * number `end`: each looked at first, and a byte that is not the next bell
+ * resets the connection (-ECONNRESET).  -EAGAIN while some are on their way.
+ */
+static int skip_bells(struct wsd_sock *s, uint64_t *left, uint64_t end)
+{
+	uint8_t junk[256];
+	const char *why;
 
 	while (*left) {
 		ssize_t n = real.recv(s->fd, junk, *left < sizeof(junk) ? *left : sizeof(junk),
-				      MSG_DONTWAIT);
+				      MSG_DONTWAIT | MSG_PEEK);
 
+		if (n > 0 && wsd_wire_bells_check(junk, (size_t)n, end - *left, end, &why))
+			return bypass_reset(s, why);
+		if (n > 0)
+			n = real.recv(s->fd, junk, (size_t)n, MSG_DONTWAIT);
 		if (n > 0) {
 			*left -= (uint64_t)n;
 			continue;
@@ -1362,7 +1525,8 @@ static ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags)
 			wsd_prefix_unlock(p);
 			return (ssize_t)k;
 		}
-		r = skip_bells(s, &p->skip);
+		/* the prefix keeps the last bell's number's low 32 bits: the values' */
+		r = skip_bells(s, &p->skip, (uint32_t)(p->bells_end - (uint32_t)p->skip) + p->skip);
 		if (!r)
 			atomic_store_explicit(&p->done, 1, memory_order_release);
 		wsd_prefix_unlock(p);
@@ -1371,7 +1535,7 @@ static ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags)
 		pre_spent(s);
 	}
 	if (s->rx_skip && s->rx_back)
-		return skip_bells(s, &s->rx_skip);
+		return skip_bells(s, &s->rx_skip, s->rx_skip_end);
 	return 0;
 }
 
@@ -1737,7 +1901,7 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	size_t want = cur_left(c);
 	ssize_t n;
 
-	if (faulted(s->sess))
+	if (peer_bypass(s->sess))
 		return fault_rx(s);
 	/*
 	 * Every look at the ring looks for the peer's BACK request too: the bell
@@ -1902,6 +2066,7 @@ static int sndtimeo_ms(struct wsd_sock *s)
 static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 {
 	bool peek = for_rx;
+	int grace = -1;
 	char b;
 	ssize_t n;
 	int e = 0;
@@ -1922,6 +2087,12 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	/* part of the proof came: the rest is due within PROOF_MS, tick to see */
 	if (for_rx && s->rx_mode == DIR_PROOF && s->proof_got)
 		peek = false;
+	/* announced bells missing: look again when their grace ends */
+	pthread_mutex_lock(&s->mu);
+	grace = bells_wait_ms(s);
+	pthread_mutex_unlock(&s->mu);
+	if (grace >= 0)
+		peek = false;
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
 	if (peek) {
@@ -1936,11 +2107,13 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };
 		int ms = -1;
 
-		if (*deadline > 0) {
+		if (deadline && *deadline > 0) {
 			int64_t left = *deadline - wsd_now_ms();
 
 			ms = left > 0 ? (int)left : 0;
 		}
+		if (grace >= 0 && (ms < 0 || ms > grace))
+			ms = grace;
 		/*
 		 * No doorbell can come while the peer still sends by the stream,
 		 * and the stream's unread data would wake us at once: tick,
@@ -1954,7 +2127,7 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		n = real.poll(&p, 1, ms);
 		if (n < 0)
 			e = errno;
-		else if (n == 0 && *deadline > 0 && wsd_now_ms() >= *deadline)
+		else if (n == 0 && deadline && *deadline > 0 && wsd_now_ms() >= *deadline)
 			e = EAGAIN;
 	}
 	pthread_mutex_lock(&s->mu);
@@ -1962,6 +2135,9 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		drain(s);
 	s->sleepers--;
 	pthread_mutex_unlock(&s->mu);
+	/* the peer's switch reset for a bypass: its word tells (the caller's next look) */
+	if (e && e != EINTR && e != EAGAIN && peer_bypass(s->sess))
+		return 0;
 	if (e == EINTR || e == EAGAIN || e == EWOULDBLOCK)
 		return -e;
 	if (e) {
@@ -2718,7 +2894,7 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	}
 	if (s->detached) {
 		n = -ECONNRESET;
-	} else if (faulted(s->sess)) {
+	} else if (peer_bypass(s->sess)) {
 		/* the reset once, as the kernel reports one, then EPIPE */
 		if (s->tcp_err) {
 			s->tcp_err = false;
@@ -2786,7 +2962,7 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 		/* bells not yet skipped make the fd readable with nothing to read */
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };
 
-		if (s->rx_skip && skip_bells(s, &s->rx_skip))
+		if (s->rx_skip && skip_bells(s, &s->rx_skip, s->rx_skip_end))
 			return false;
 		return real.poll(&p, 1, 0) == 1;
 	}
@@ -2849,7 +3025,7 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 		}
 		return r & (events | POLLHUP | POLLERR);
 	}
-	if (faulted(s->sess))
+	if (peer_bypass(s->sess))
 		/* reset: as tcp_poll says of a connection the peer reset */
 		return (POLLIN | POLLOUT | POLLRDHUP | POLLERR | POLLHUP) & (events | POLLHUP | POLLERR);
 	pthread_mutex_lock(&s->rx_lock);
@@ -3129,6 +3305,7 @@ static int set_prefix(struct wsd_sock *s, const uint8_t *data, size_t len)
 	p = wsd_prefix_new(data, len, s->rx_skip, &fd);
 	if (!p)
 		return -ENOMEM;
+	p->bells_end = (uint32_t)s->rx_skip_end;
 	if (s->pre) {
 		wsd_prefix_close(s->pre);
 		real.close(s->pre_fd);
@@ -3234,7 +3411,8 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 	}
 	pthread_mutex_unlock(&s->tx_lock);
 	/* the peer's bells before its BACK are on their way, or here */
-	while (!r && s->rx_skip && skip_bells(s, &s->rx_skip) == -EAGAIN && wsd_now_ms() < end) {
+	while (!r && s->rx_skip && skip_bells(s, &s->rx_skip, s->rx_skip_end) == -EAGAIN &&
+	       wsd_now_ms() < end) {
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };
 
 		real.poll(&p, 1, 1);

@@ -56,6 +56,10 @@ struct wsd_session {
 	/* doorbell bytes on the stream since the switch, each way (BACK counts them) */
 	uint64_t bells_tx;           /* tx_lock */
 	uint64_t bells_rx;           /* mu */
+	/* mu: since when (ms; 0: not) the peer's announced bells exceed those
+	 * read with our kernel socket empty, and bells_rx then */
+	int64_t bells_short_since;
+	uint64_t bells_short_at;
 	bool back_asked;             /* we wrote the peer's back_req */
 	_Atomic uint64_t seen[CW_N];  /* the control words' last checked values */
 	/* our offer of a receive buffer (rx_lock) */
