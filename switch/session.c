@@ -46,14 +46,28 @@
 #define W_FAIL 3                     /* session_fail's: the first report only */
 #define TICK_MS 10                   /* waits no doorbell can end */
 /*
- * A doorbell the peer announced may take this long to reach our kernel
- * socket (wsd-protocol(7), Doorbells): on one host the loopback delivers
- * it within the sender's call, but a loaded machine may defer that to
- * ksoftirqd; across hosts TCP retransmits a lost segment after a backoff
- * of seconds.  Past it, someone read the kernel socket behind our back.
+ * Doorbells the peer announced and our kernel socket does not hold
+ * (wsd-protocol(7), Doorbells) are on their way, or were taken by a call
+ * we did not see.  The kernel tells which (kernel_taken): we look again
+ * every BELL_RECHECK_MS while some are missing.  A kernel that does not
+ * tell leaves a grace: on one host the loopback delivers a bell within
+ * the sender's call, though a loaded machine may defer that to ksoftirqd;
+ * across hosts TCP retransmits a lost segment after a backoff of seconds.
  */
+#define BELL_RECHECK_MS 100
 #define BELL_GRACE_SHM_MS 2000
 #define BELL_GRACE_VERBS_MS 10000
+
+/*
+ * struct tcp_info as Linux 4.1 and later fill it (<linux/tcp.h>), past the
+ * part glibc's copy declares: tcpi_bytes_received counts every byte the
+ * kernel took in order on the connection (and the FIN).
+ */
+struct tcp_info_rx {
+	struct tcp_info base;
+	uint64_t pacing_rate, max_pacing_rate, bytes_acked, bytes_received;
+};
+_Static_assert(offsetof(struct tcp_info_rx, bytes_received) == 128, "tcp_info layout");
 #define PROOF_MS 2000                /* part of a proof waits this for the rest */
 
 static size_t iov_total(const struct iovec *iov, int n)
@@ -333,6 +347,7 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	ss->region_len = CTL_SIZE + ss->ring_size;
 	ss->map_len = ss->region_len;
 	ss->region_fd = -1;
+	ss->k_base = -1;
 	ss->stage_len = 65536 + REC_HDR + REC_TRAILER;
 	if (getrandom(&ss->rx_key, sizeof(ss->rx_key), 0) != sizeof(ss->rx_key))
 		ss->rx_key = (uint64_t)(uintptr_t)ss ^ (uint64_t)time(NULL);
@@ -671,6 +686,42 @@ static void ring_space(struct wsd_sock *s)
 static void session_fail(struct wsd_session *ss, enum wsd_reason reason, const char *why);
 static bool faulted(const struct wsd_session *ss);
 
+/*
+ * The bytes read from the kernel socket so far, by anyone, as the kernel
+ * counts them (received in order, less those it still holds), or -1 when
+ * it does not tell.  high: a byte arriving between the two questions makes
+ * the answer one too high (for a base taken before any check), else one
+ * too low (for a check): the two errors only ever hide a theft, never
+ * invent one.
+ */
+static int64_t kernel_taken(int fd, bool high)
+{
+	struct tcp_info_rx ti;
+	socklen_t len = sizeof(ti);
+	int inq = 0;
+
+	if (high && real.ioctl(fd, FIONREAD, &inq))
+		return -1;
+	if (real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
+	    len < offsetof(struct tcp_info_rx, bytes_received) + sizeof(ti.bytes_received))
+		return -1;
+	if (!high && real.ioctl(fd, FIONREAD, &inq))
+		return -1;
+	return (int64_t)(ti.bytes_received - (uint64_t)inq);
+}
+
+/*
+ * mu held, rx entering RING: from here every byte taken from the kernel
+ * socket is a doorbell the drain took (bells_rx), so the kernel's count of
+ * bytes taken stays k_base + bells_rx unless a call we do not see reads.
+ */
+static void bells_base(struct wsd_sock *s)
+{
+	int64_t t = kernel_taken(s->fd, true);
+
+	s->sess->k_base = t < 0 ? -1 : t - (int64_t)s->sess->bells_rx;
+}
+
 /* The doorbells the peer still owes on the stream (mu held). */
 static uint64_t bells_owed(struct wsd_session *ss)
 {
@@ -686,15 +737,18 @@ static int64_t bell_grace_ms(const struct wsd_session *ss)
 }
 
 /*
- * mu held, our kernel socket empty: doorbells the peer announced that do
- * not come within the grace were read by a call we did not see.  Until
- * then a wait in poll, select or epoll looks again by then (wsd_recheck_ms),
- * as a blocking receive does (bells_wait_ms).
+ * mu held, our kernel socket empty, doorbells the peer announced missing:
+ * on their way, or read by a call we did not see.  The kernel's count of
+ * bytes taken from the socket says which; without it, bells missing for a
+ * grace count as read.  While some are missing, a wait in poll, select or
+ * epoll looks again in time (wsd_recheck_ms), as a blocking receive does
+ * (bells_wait_ms).
  */
 static void bells_due(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	int64_t now, left;
+	int64_t now, left, t;
+	char b;
 
 	if (!bells_owed(ss)) {
 		ss->bells_short_since = 0;
@@ -705,12 +759,25 @@ static void bells_due(struct wsd_sock *s)
 		ss->bells_short_since = now;
 		ss->bells_short_at = ss->bells_rx;
 	}
-	left = ss->bells_short_since + bell_grace_ms(ss) - now;
-	if (left <= 0) {
-		session_fail(ss, R_BYPASS, "bells: announced doorbells never came (read behind "
-				       "the switch's back)");
-		return;
+	if (ss->k_base >= 0) {
+		t = kernel_taken(s->fd, false);
+		/* (a FIN that came meanwhile counts in t: the socket must still be empty) */
+		if (t >= 0 && t > ss->k_base + (int64_t)ss->bells_rx &&
+		    real.recv(s->fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && errno == EAGAIN) {
+			session_fail(ss, R_BYPASS, "bells: announced doorbells were read from the "
+					       "kernel socket by a call the switch did not see");
+			return;
+		}
+		left = BELL_RECHECK_MS;
+	} else {
+		left = ss->bells_short_since + bell_grace_ms(ss) - now;
+		if (left <= 0) {
+			session_fail(ss, R_BYPASS, "bells: announced doorbells never came (read "
+					       "behind the switch's back)");
+			return;
+		}
 	}
+	ss->bells_look_at = now + left;
 	if (wsd_recheck_ms < 0 || wsd_recheck_ms > left)
 		wsd_recheck_ms = (int)left;
 }
@@ -723,7 +790,7 @@ static int bells_wait_ms(struct wsd_sock *s)
 
 	if (!ss || !ss->bells_short_since || s->rx_mode != DIR_RING)
 		return -1;
-	left = ss->bells_short_since + bell_grace_ms(ss) - wsd_now_ms();
+	left = ss->bells_look_at - wsd_now_ms();
 	return left > 0 ? (int)left + 1 : 0;
 }
 
@@ -893,7 +960,8 @@ static bool peer_bypass(struct wsd_session *ss)
 	if (!ss || faulted(ss))
 		return faulted(ss);
 	if (!peer_untrusted(ss) && ctl_get(ss, CW_CLOSED) == 3)
-		session_fail(ss, R_BYPASS, "the peer found bytes on the stream that no switch sent");
+		session_fail(ss, R_BYPASS, "the peer's switch found the stream moved by a call no "
+				       "switch saw");
 	return faulted(ss);
 }
 
@@ -1179,7 +1247,10 @@ static void proof_read(struct wsd_sock *s, bool tx_locked)
 		s->proof_got = (uint8_t)(s->proof_got + n);
 		if (s->proof_got == WSD_NONCE) {
 			atomic_store(&s->proven, true);
+			pthread_mutex_lock(&s->mu);
+			bells_base(s);
 			s->rx_mode = DIR_RING;
+			pthread_mutex_unlock(&s->mu);
 			wsd_debug("switch: fd %d: the peer proved the connection", s->fd);
 		}
 	}
@@ -1218,7 +1289,6 @@ static size_t proof_in_read(struct wsd_sock *s, const struct cursor *c, size_t l
 		const char *why = NULL;
 
 		atomic_store(&s->proven, true);
-		s->rx_mode = DIR_RING;
 		/* read, and not data: each must be the next announced bell (BACK counts them) */
 		ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
 		pthread_mutex_lock(&s->mu);
@@ -1230,6 +1300,9 @@ static size_t proof_in_read(struct wsd_sock *s, const struct cursor *c, size_t l
 				ss->bells_rx += q;
 			rest -= q;
 		}
+		/* RING only now: a drain (mu) then finds bells_rx counting these */
+		bells_base(s);
+		s->rx_mode = DIR_RING;
 		pthread_mutex_unlock(&s->mu);
 		if (why)
 			session_fail(ss, R_BYPASS, why);

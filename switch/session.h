@@ -60,6 +60,10 @@ struct wsd_session {
 	 * read with our kernel socket empty, and bells_rx then */
 	int64_t bells_short_since;
 	uint64_t bells_short_at;
+	int64_t bells_look_at;       /* then bells_due looks again (ms) */
+	/* mu: bytes taken from the kernel socket, as the kernel counts them,
+	 * less bells_rx, since rx entered RING (-1: the kernel does not tell) */
+	int64_t k_base;
 	bool back_asked;             /* we wrote the peer's back_req */
 	_Atomic uint64_t seen[CW_N];  /* the control words' last checked values */
 	/* our offer of a receive buffer (rx_lock) */
