@@ -795,6 +795,48 @@ static int bells_wait_ms(struct wsd_sock *s)
 }
 
 /*
+ * mu held: bytes on the stream (want at buf) that the bells word read
+ * before did not cover.  That read may have met the word half written (the
+ * peer announcing its next bell as we looked), and kept the last whole
+ * value, older than the bytes: read it again until it is whole.  0 when
+ * the bytes are announced bells after all, -EPROTO when a whole word says
+ * they are not, -EAGAIN when it stays half written (the peer's switch off
+ * its CPU in the middle of the write: judged later, by the grace at most).
+ */
+static int bells_settle(struct wsd_sock *s, const uint8_t *buf, size_t want)
+{
+	struct wsd_session *ss = s->sess;
+	const char *why;
+	int64_t now;
+	uint64_t v;
+
+	for (int i = 0; i < 1000; i++) {
+		int k = wsd_wire_word_try(ss->ctl, CW_BELLS, &ss->seen[CW_BELLS], UINT64_MAX, &v,
+					  &why);
+
+		if (k < 0) {
+			protocol_fail(ss, why);
+			return -EPROTO;
+		}
+		if (k > 0) {
+			ss->bells_torn_since = 0;
+			return wsd_wire_bells_check(buf, want, ss->bells_rx,
+						    wsd_bells_announced(v), &why);
+		}
+		__builtin_ia32_pause();
+		if (i % 100 == 99)
+			sched_yield();
+	}
+	now = wsd_now_ms();
+	if (!ss->bells_torn_since)
+		ss->bells_torn_since = now;
+	if (now - ss->bells_torn_since > bell_grace_ms(ss))
+		return -EPROTO;
+	sched_yield();
+	return -EAGAIN;
+}
+
+/*
  * mu held, no other sleeper: read doorbells (ring mode only: they are not
  * data).  Look first (MSG_PEEK), then read the peer's counts: a bell in
  * our kernel socket was announced (CW_BELLS) before it was sent, and the
@@ -832,8 +874,14 @@ static void drain(struct wsd_sock *s)
 				return;
 		}
 		if (wsd_wire_bells_check(buf, want, ss->bells_rx, ann, &why)) {
-			session_fail(ss, R_BYPASS, why);
-			return;
+			int r = bells_settle(s, buf, want);
+
+			if (r == -EAGAIN)
+				return;     /* the word half written: judged at the next look */
+			if (r) {
+				session_fail(ss, R_BYPASS, why);
+				return;
+			}
 		}
 		n = real.recv(s->fd, buf, want, MSG_DONTWAIT);
 		if (n <= 0)

@@ -61,6 +61,7 @@ struct wsd_session {
 	int64_t bells_short_since;
 	uint64_t bells_short_at;
 	int64_t bells_look_at;       /* then bells_due looks again (ms) */
+	int64_t bells_torn_since;    /* the bells word found half written since (ms) */
 	/* mu: bytes taken from the kernel socket, as the kernel counts them,
 	 * less bells_rx, since rx entered RING (-1: the kernel does not tell) */
 	int64_t k_base;

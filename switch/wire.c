@@ -320,6 +320,14 @@ int wsd_wire_word_check(int idx, uint64_t v, uint64_t last, uint64_t bound, cons
 int wsd_wire_word_get(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen,
 		      uint64_t bound, uint64_t *v, const char **why)
 {
+	int r = wsd_wire_word_try(ctl, idx, seen, bound, v, why);
+
+	return r < 0 ? r : 0;
+}
+
+int wsd_wire_word_try(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen,
+		      uint64_t bound, uint64_t *v, const char **why)
+{
 	/*
 	 * last before the word: a value another thread took (and stored) before
 	 * is then never newer than the one read here, so "went back" means the
@@ -338,5 +346,5 @@ int wsd_wire_word_get(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen
 		return r;
 	atomic_store_explicit(seen, x, memory_order_relaxed);
 	*v = x;
-	return 0;
+	return 1;
 }

@@ -254,5 +254,11 @@ int wsd_wire_word_check(int idx, uint64_t v, uint64_t last, uint64_t bound, cons
  */
 int wsd_wire_word_get(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen,
 		      uint64_t bound, uint64_t *v, const char **why);
+/*
+ * As wsd_wire_word_get, and 1 when this read found the word whole (value
+ * and check agreeing), 0 when the peer was writing it (*v: the last one).
+ */
+int wsd_wire_word_try(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen,
+		      uint64_t bound, uint64_t *v, const char **why);
 
 #endif /* WSD_SWITCH_WIRE_H */
