@@ -8,7 +8,9 @@
  * exactly N bytes from the kernel stream and then reads the ring.  Kernel
  * bytes after N are doorbells: sent only when the peer armed a generation
  * word, so an idle connection costs no CPU and the application's own fd
- * turns readable for poll/epoll.
+ * turns readable for poll/epoll.  Each is counted in the receiver's bells
+ * word before it is sent and has a known value, so a byte a call we do not
+ * see wrote or read there fails the connection at both ends (R_BYPASS).
  *
  * Each side proves it holds the TCP connection: right after its SWITCH
  * point it writes the challenge the peer sent in the handshake on the
