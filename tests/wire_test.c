@@ -574,6 +574,17 @@ START_TEST(word_get)
 	word_put(c, CW_CONSUMED, 400, ~400ull);
 	BROKEN(wsd_wire_word_get(c, CW_CONSUMED, &seen, 1000, &v, &why), "back");
 	ck_assert_uint_eq(v, 500);
+	/* the same read, saying whether it found the word whole (the drain's) */
+	word_put(c, CW_BELLS, 9, ~7ull);
+	ck_assert_int_eq(wsd_wire_word_try(c, CW_BELLS, &seen, UINT64_MAX, &v, &why), 0);
+	ck_assert_uint_eq(v, 500);
+	seen = 0;
+	word_put(c, CW_BELLS, 9, ~9ull);
+	ck_assert_int_eq(wsd_wire_word_try(c, CW_BELLS, &seen, UINT64_MAX, &v, &why), 1);
+	ck_assert_uint_eq(v, 9);
+	word_put(c, CW_BELLS, 6, ~6ull);
+	BROKEN(wsd_wire_word_try(c, CW_BELLS, &seen, UINT64_MAX, &v, &why), "went back");
+	ck_assert_uint_eq(v, 9);
 	free(c);
 }
 END_TEST
