@@ -17,6 +17,8 @@
  *          write(2): the server must never receive one of them as data,
  *          and both ends must see the connection reset (ECONNRESET or
  *          EIO), never a clean end;
+ *   close  the same, and the client then closes the socket: the server
+ *          must still see a reset, never a clean (short) end;
  *   read   the client announces it ('R'); the server waits in poll(2)
  *          (which arms a doorbell), the client sends a 64-byte message, and
  *          the server takes the doorbell from the kernel socket by a raw
@@ -238,6 +240,8 @@ static int server(const char *portfile, const char *stopfile)
 			die("server: echo");
 	}
 	if (m[0] == 'W') {
+		/* busy a while: the client's raw bytes (and its close) come before we look */
+		usleep(300000);
 		ok = expect_reset(fd, "server");
 	} else if (m[0] == 'R') {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -316,7 +320,7 @@ static int client(int port, const char *mode, const char *ready, const char *go,
 	}
 	write_port(ready, fd);
 	wait_file(go, 30);
-	if (!strcmp(mode, "write")) {
+	if (!strcmp(mode, "write") || !strcmp(mode, "close")) {
 		char raw[RAW];
 		long k;
 
@@ -330,7 +334,13 @@ static int client(int port, const char *mode, const char *ready, const char *go,
 			report(0, "client: the raw write wrote %s%ld bytes", "", k);
 			return 1;
 		}
-		ok = expect_reset(fd, "client");
+		if (!strcmp(mode, "close")) {
+			/* nothing to read after this: the server's end must say it */
+			ok = close(fd) == 0;
+			report(ok, "client: %s (%ld)", ok ? "closed" : "close failed", errno);
+		} else {
+			ok = expect_reset(fd, "client");
+		}
 	} else {
 		memset(m, 'R', MSG);
 		if (send_all(fd, m, MSG))
@@ -365,6 +375,6 @@ int main(int argc, char **argv)
 		return client(atoi(argv[2]), argv[3], argv[5], argv[6], argv[7]);
 	}
 	fprintf(stderr, "usage: bypass server PORTFILE RESULT STOPFILE\n"
-			"       bypass client PORT write|read RESULT READYFILE GOFILE STOPFILE\n");
+			"       bypass client PORT write|close|read RESULT READYFILE GOFILE STOPFILE\n");
 	return 2;
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Bytes that move on an upgraded connection's kernel socket by calls the
 # switch cannot see (the syscall instruction itself, tests/attack/bypass.c):
-# a raw write of 1000 bytes, and a raw read that takes a doorbell.  Each
+# a raw write of 1000 bytes (then a receive, or a close), and a raw read
+# that takes a doorbell.  Each
 # must reset the connection at both ends (ECONNRESET or EIO, never a clean
 # end, never a byte of them as data, never a byte lost unseen), and wsd stat
 # must show both ends' sockets with reason bypass.
@@ -22,7 +23,7 @@ for p in st["processes"]:
             print(s["reason"])' "$tmp/stat.json"
 }
 
-for mode in write read; do
+for mode in write close read; do
 	rm -f "$tmp"/port "$tmp"/ready "$tmp"/go "$tmp"/stop "$tmp"/*.res
 	"$wsd" run -- "$bypass" server "$tmp/port" "$tmp/server.res" "$tmp/stop" \
 		>"$tmp/server.out" 2>"$tmp/server.err" &
@@ -47,7 +48,10 @@ for mode in write read; do
 	wait_file "$tmp/client.res" || fail "$mode: the client saw nothing within 10 s"
 	grep -q '^ok' "$tmp/server.res" || fail "$mode: server: $(cat "$tmp/server.res")"
 	grep -q '^ok' "$tmp/client.res" || fail "$mode: client: $(cat "$tmp/client.res")"
-	for who in server client; do
+	# (after close the client has no socket left to show)
+	whos="server client"
+	[ "$mode" = close ] && whos=server
+	for who in $whos; do
 		eval pid=\$$who
 		stat_reason "$pid" | grep -qx bypass ||
 			fail "$mode: wsd stat does not show the $who's socket with reason bypass: $(stat_reason "$pid" | tr '\n' ' ')"
