@@ -36,6 +36,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <netinet/tcp.h>
+#include <linux/sockios.h>
 #include <sched.h>
 #include <time.h>
 
@@ -350,6 +351,7 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	ss->map_len = ss->region_len;
 	ss->region_fd = -1;
 	ss->k_base = -1;
+	ss->k_tx_base = -1;
 	ss->stage_len = 65536 + REC_HDR + REC_TRAILER;
 	if (getrandom(&ss->rx_key, sizeof(ss->rx_key), 0) != sizeof(ss->rx_key))
 		ss->rx_key = (uint64_t)(uintptr_t)ss ^ (uint64_t)time(NULL);
@@ -603,6 +605,7 @@ static void finish_kernel(struct wsd_sock *s);
 static void reset_if_shut(struct wsd_sock *s);
 static void arm_data(struct wsd_sock *s, bool self);
 static int broken(struct wsd_sock *s, int r);
+static void bells_tx_base(struct wsd_sock *s);
 
 /*
  * tx_lock held, our SWITCH record written: the peer's challenge on the
@@ -656,6 +659,7 @@ static bool tx_switch(struct wsd_sock *s)
 		broken(s, -ECONNRESET);
 		return false;
 	}
+	bells_tx_base(s);
 	s->tx_mode = DIR_RING;
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
@@ -710,6 +714,66 @@ static int64_t kernel_taken(int fd, bool high)
 	if (!high && real.ioctl(fd, FIONREAD, &inq))
 		return -1;
 	return (int64_t)(ti.bytes_received - (uint64_t)inq);
+}
+
+/*
+ * The bytes written to the kernel socket so far, by anyone, as the kernel
+ * counts them (acknowledged by the peer, plus those it still holds), or -1.
+ * high: as kernel_taken's (an acknowledgement arriving between the two
+ * questions).  Before our FIN only: the kernel counts that too.
+ */
+static int64_t kernel_put(int fd, bool high)
+{
+	struct tcp_info_rx ti;
+	socklen_t len = sizeof(ti);
+	int outq = 0;
+
+	if (high && real.ioctl(fd, SIOCOUTQ, &outq))
+		return -1;
+	if (real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
+	    len < offsetof(struct tcp_info_rx, bytes_acked) + sizeof(ti.bytes_acked))
+		return -1;
+	if (!high && real.ioctl(fd, SIOCOUTQ, &outq))
+		return -1;
+	return (int64_t)(ti.bytes_acked + (uint64_t)outq);
+}
+
+/*
+ * tx_lock held, our direction switched (its proof written): from here the
+ * only bytes we write on the stream are bells, so the kernel's count of
+ * bytes written stays k_tx_base + bells_tx unless a call we do not see
+ * writes.
+ */
+static void bells_tx_base(struct wsd_sock *s)
+{
+	int64_t t = kernel_put(s->fd, true);
+
+	s->sess->k_tx_base = t < 0 ? -1 : t - (int64_t)s->sess->bells_tx;
+}
+
+static void session_fail(struct wsd_session *ss, enum wsd_reason reason, const char *why);
+
+/*
+ * tx_lock held, about to end our direction (FIN by ring): bytes the
+ * program wrote on the kernel socket behind our back would otherwise end
+ * the stream cleanly short at the peer, the bytes neither delivered nor
+ * reported (the peer's drain may not see them before our FIN record, and
+ * across hosts they may still be on their way).  True when that failed
+ * the connection.
+ */
+static bool bells_tx_check(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t t;
+
+	if (ss->k_tx_base < 0 || s->tx_mode != DIR_RING || s->kernel_fin || s->tx_back)
+		return false;
+	t = kernel_put(s->fd, false);
+	if (t < 0 || t <= ss->k_tx_base + (int64_t)ss->bells_tx)
+		return false;
+	session_fail(ss, R_BYPASS, "bytes were written to the kernel socket by a call the "
+			       "switch did not see");
+	return true;
 }
 
 /*
@@ -836,6 +900,47 @@ static int bells_settle(struct wsd_sock *s, const uint8_t *buf, size_t want)
 		return -EPROTO;
 	sched_yield();
 	return -EAGAIN;
+}
+
+/*
+ * rx_lock held, the peer's FIN record at the head: the end of the stream
+ * only when the kernel socket holds nothing but announced bells.  Looked
+ * at, not taken (another thread may sleep on them).  0 when it does,
+ * -ECONNRESET when it holds something else (the connection was reset,
+ * R_BYPASS), -EAGAIN when the bells word was half written (look again).
+ */
+static int bells_look(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint8_t buf[4096];
+	const char *why = NULL;
+	int r = 0;
+	ssize_t n;
+
+	pthread_mutex_lock(&s->mu);
+	n = s->tcp_eof || s->tcp_err ? 0 :
+	    real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
+	if (n > 0) {
+		uint64_t back = ctl_get(ss, CW_BACK_BELLS);
+		uint64_t ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
+		size_t want = (size_t)n;
+
+		if (back) {
+			uint64_t left = back - 1 > ss->bells_rx ? back - 1 - ss->bells_rx : 0;
+
+			if (left < want)
+				want = (size_t)left;
+		}
+		if (wsd_wire_bells_check(buf, want, ss->bells_rx, ann, &why)) {
+			r = bells_settle(s, buf, want);
+			if (r != -EPROTO)
+				why = NULL;   /* announced after all, or half written */
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (why)
+		session_fail(ss, R_BYPASS, why);
+	return faulted(ss) ? -ECONNRESET : r == -EAGAIN ? -EAGAIN : 0;
 }
 
 /*
@@ -1910,6 +2015,14 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		if (r.type == REC_BACK)
 			break;        /* check_back moves on once its count is there */
 		if (r.type == REC_FIN) {
+			if (!done && !peek) {
+				int e = bells_look(s);
+
+				if (e == -ECONNRESET)
+					return fault_rx(s);
+				if (e)
+					return e;
+			}
 			if (!done) {
 				s->peer_fin = true;
 				if (s->tx_shut && !s->kernel_fin)
@@ -3329,7 +3442,9 @@ int wsd_sock_shutdown(struct wsd_sock *s, int how)
 			if (real.shutdown(s->fd, how))
 				r = -errno;
 		} else if (!s->tx_shut) {
-			if (s->tx_mode == DIR_RING) {
+			if (s->tx_mode == DIR_RING && bells_tx_check(s)) {
+				/* reset instead: the peer's next call says so */
+			} else if (s->tx_mode == DIR_RING) {
 				if (fits(s->sess, 0, true))
 					r = write_record(s, REC_FIN, NULL, 0, NULL);
 				ring_data(s);
@@ -3398,6 +3513,10 @@ void wsd_sock_closed(struct wsd_sock *s)
 	drain(s);
 	pthread_mutex_unlock(&s->mu);
 	pthread_mutex_lock(&s->tx_lock);
+	if (!s->tx_shut && bells_tx_check(s)) {
+		pthread_mutex_unlock(&s->tx_lock);
+		return;     /* reset: the kernel's close ends it */
+	}
 	if (s->tx_mode == DIR_RING && !s->tx_shut && fits(ss, 0, true))
 		write_record(s, REC_FIN, NULL, 0, NULL);
 	s->tx_shut = true;

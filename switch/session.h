@@ -65,6 +65,9 @@ struct wsd_session {
 	/* mu: bytes taken from the kernel socket, as the kernel counts them,
 	 * less bells_rx, since rx entered RING (-1: the kernel does not tell) */
 	int64_t k_base;
+	/* tx_lock: bytes written on the kernel socket, as the kernel counts
+	 * them, less bells_tx, since tx entered RING (-1: it does not tell) */
+	int64_t k_tx_base;
 	bool back_asked;             /* we wrote the peer's back_req */
 	_Atomic uint64_t seen[CW_N];  /* the control words' last checked values */
 	/* our offer of a receive buffer (rx_lock) */
