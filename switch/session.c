@@ -848,13 +848,18 @@ static void bells_due(struct wsd_sock *s)
 		wsd_recheck_ms = (int)left;
 }
 
-/* How long a blocking wait may sleep before bells_due must look again, or -1. */
+/*
+ * How long a blocking receive may sleep before bells_due must look again,
+ * or -1.  Only without the kernel's count: with it, the bells found missing
+ * before the sleep were not taken, so they are on their way and wake it
+ * (and the wait stays the kernel's, with its SA_RESTART and SO_RCVTIMEO).
+ */
 static int bells_wait_ms(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
 	int64_t left;
 
-	if (!ss || !ss->bells_short_since || s->rx_mode != DIR_RING)
+	if (!ss || !ss->bells_short_since || s->rx_mode != DIR_RING || ss->k_base >= 0)
 		return -1;
 	left = ss->bells_look_at - wsd_now_ms();
 	return left > 0 ? (int)left + 1 : 0;
