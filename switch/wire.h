@@ -136,6 +136,9 @@ struct wsd_ctl {
 
 #define CTL_SIZE 512u
 _Static_assert(sizeof(struct wsd_ctl) <= CTL_SIZE, "control area");
+/* where wsd-protocol(7) puts them */
+_Static_assert(offsetof(struct wsd_ctl, w[CW_BELLS]) == 192, "the bells word");
+_Static_assert(offsetof(struct wsd_ctl, post) == 208, "the offer block");
 
 enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5, REC_BACK = 6,
        REC_WZC = 7 };
