@@ -8,7 +8,9 @@
  * exactly N bytes from the kernel stream and then reads the ring.  Kernel
  * bytes after N are doorbells: sent only when the peer armed a generation
  * word, so an idle connection costs no CPU and the application's own fd
- * turns readable for poll/epoll.
+ * turns readable for poll/epoll.  Each is counted in the receiver's bells
+ * word before it is sent and has a known value, so a byte a call we do not
+ * see wrote or read there fails the connection at both ends (R_BYPASS).
  *
  * Each side proves it holds the TCP connection: right after its SWITCH
  * point it writes the challenge the peer sent in the handshake on the
@@ -34,6 +36,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <netinet/tcp.h>
+#include <linux/sockios.h>
 #include <sched.h>
 #include <time.h>
 
@@ -44,7 +47,31 @@
 #define W_RX 0
 #define W_TX 1
 #define W_MU 2
+#define W_FAIL 3                     /* session_fail's: the first report only */
 #define TICK_MS 10                   /* waits no doorbell can end */
+/*
+ * Doorbells the peer announced and our kernel socket does not hold
+ * (wsd-protocol(7), Doorbells) are on their way, or were taken by a call
+ * we did not see.  The kernel tells which (kernel_taken): we look again
+ * every BELL_RECHECK_MS while some are missing.  A kernel that does not
+ * tell leaves a grace: on one host the loopback delivers a bell within
+ * the sender's call, though a loaded machine may defer that to ksoftirqd;
+ * across hosts TCP retransmits a lost segment after a backoff of seconds.
+ */
+#define BELL_RECHECK_MS 100
+#define BELL_GRACE_SHM_MS 2000
+#define BELL_GRACE_VERBS_MS 10000
+
+/*
+ * struct tcp_info as Linux 4.1 and later fill it (<linux/tcp.h>), past the
+ * part glibc's copy declares: tcpi_bytes_received counts every byte the
+ * kernel took in order on the connection (and the FIN).
+ */
+struct tcp_info_rx {
+	struct tcp_info base;
+	uint64_t pacing_rate, max_pacing_rate, bytes_acked, bytes_received;
+};
+_Static_assert(offsetof(struct tcp_info_rx, bytes_received) == 128, "tcp_info layout");
 #define PROOF_MS 2000                /* part of a proof waits this for the rest */
 
 static size_t iov_total(const struct iovec *iov, int n)
@@ -327,6 +354,8 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	ss->region_len = CTL_SIZE + ss->ring_size;
 	ss->map_len = ss->region_len;
 	ss->region_fd = -1;
+	ss->k_base = -1;
+	ss->k_tx_base = -1;
 	ss->stage_len = 65536 + REC_HDR + REC_TRAILER;
 	if (getrandom(&ss->rx_key, sizeof(ss->rx_key), 0) != sizeof(ss->rx_key))
 		ss->rx_key = (uint64_t)(uintptr_t)ss ^ (uint64_t)time(NULL);
@@ -352,7 +381,7 @@ struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
 	ss->stage_handle = t->lpWSPRegisterMemory(ws, ss->stage, ss->stage_len, MEM_READ, &err);
 	if (!ss->stage_handle)
 		goto fail;
-	/* word pairs at [0, 6), our offer's block at [8, 16) */
+	/* word pairs at [0, 8), our offer's block at [8, 16) */
 	ss->words_handle = t->lpWSPRegisterMemory(ws, ss->words, 128, MEM_READ, &err);
 	if (!ss->words_handle)
 		goto fail;
@@ -527,29 +556,45 @@ bool wsd_sock_tx_stream(struct wsd_sock *s)
 
 /* ---- doorbells --------------------------------------------------------------- */
 
-/* tx_lock held: one bell on the stream, counted (BACK tells the peer how many). */
+/*
+ * tx_lock held: one bell on the stream, counted (BACK tells the peer how
+ * many).  Announced first (CW_BELLS, with the "one more" bit): the peer
+ * takes a byte on the stream that it finds no count for as one moved by a
+ * call the switch did not see.  A bell the kernel does not take is
+ * unannounced again, or the peer would wait for it (and, after its grace,
+ * call it stolen).  false with errno when it was not written.
+ */
 static bool try_bell(struct wsd_sock *s)
 {
-	static const char bell = 0;
+	struct wsd_session *ss = s->sess;
+	uint8_t bell = wsd_bell_value(ss->bells_tx + 1);
+	int e;
 
 	/* closed: the number may be another file's now (sock.c, last_close) */
 	if (atomic_load(&s->closed)) {
 		errno = EBADF;
 		return false;
 	}
+	if (put_word(ss, W_TX, CW_BELLS, ss->bells_tx << 1 | 1)) {
+		errno = ECONNRESET;
+		return false;
+	}
 	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+		e = errno;
+		put_word(ss, W_TX, CW_BELLS, ss->bells_tx << 1);
 		/*
 		 * The kernel reports a reset once, to whichever call comes
 		 * first: this bell took it, so keep it for the receiver, who
 		 * would otherwise read a clean end of stream.
 		 */
-		if (errno == ECONNRESET && !s->tcp_eof && !s->tcp_err) {
+		if (e == ECONNRESET && !s->tcp_eof && !s->tcp_err) {
 			s->tcp_errno = ECONNRESET;
 			s->tcp_err = true;
 		}
+		errno = e;
 		return false;
 	}
-	s->sess->bells_tx++;
+	ss->bells_tx++;
 	wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
 	return true;
 }
@@ -578,6 +623,7 @@ static void finish_kernel(struct wsd_sock *s);
 static void reset_if_shut(struct wsd_sock *s);
 static void arm_data(struct wsd_sock *s, bool self);
 static int broken(struct wsd_sock *s, int r);
+static void bells_tx_base(struct wsd_sock *s);
 
 /*
  * tx_lock held, our SWITCH record written: the peer's challenge on the
@@ -631,6 +677,7 @@ static bool tx_switch(struct wsd_sock *s)
 		broken(s, -ECONNRESET);
 		return false;
 	}
+	bells_tx_base(s);
 	s->tx_mode = DIR_RING;
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
@@ -660,51 +707,324 @@ static void ring_space(struct wsd_sock *s)
 	pthread_mutex_unlock(&s->tx_lock);
 }
 
+static void session_fail(struct wsd_session *ss, enum wsd_reason reason, const char *why);
+static bool faulted(const struct wsd_session *ss);
+
+/*
+ * The bytes read from the kernel socket so far, by anyone, as the kernel
+ * counts them (received in order, less those it still holds), or -1 when
+ * it does not tell.  high: a byte arriving between the two questions makes
+ * the answer one too high (for a base taken before any check), else one
+ * too low (for a check): the two errors only ever hide a theft, never
+ * invent one.
+ */
+static int64_t kernel_taken(int fd, bool high)
+{
+	struct tcp_info_rx ti;
+	socklen_t len = sizeof(ti);
+	int inq = 0;
+
+	if (high && real.ioctl(fd, FIONREAD, &inq))
+		return -1;
+	if (real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
+	    len < offsetof(struct tcp_info_rx, bytes_received) + sizeof(ti.bytes_received))
+		return -1;
+	if (!high && real.ioctl(fd, FIONREAD, &inq))
+		return -1;
+	return (int64_t)(ti.bytes_received - (uint64_t)inq);
+}
+
+/*
+ * The bytes written to the kernel socket so far, by anyone, as the kernel
+ * counts them (acknowledged by the peer, plus those it still holds), or -1.
+ * high: as kernel_taken's (an acknowledgement arriving between the two
+ * questions).  Before our FIN only: the kernel counts that too.
+ */
+static int64_t kernel_put(int fd, bool high)
+{
+	struct tcp_info_rx ti;
+	socklen_t len = sizeof(ti);
+	int outq = 0;
+
+	if (high && real.ioctl(fd, SIOCOUTQ, &outq))
+		return -1;
+	if (real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
+	    len < offsetof(struct tcp_info_rx, bytes_acked) + sizeof(ti.bytes_acked))
+		return -1;
+	if (!high && real.ioctl(fd, SIOCOUTQ, &outq))
+		return -1;
+	return (int64_t)(ti.bytes_acked + (uint64_t)outq);
+}
+
+/*
+ * tx_lock held, our direction switched (its proof written): from here the
+ * only bytes we write on the stream are bells, so the kernel's count of
+ * bytes written stays k_tx_base + bells_tx unless a call we do not see
+ * writes.
+ */
+static void bells_tx_base(struct wsd_sock *s)
+{
+	int64_t t = kernel_put(s->fd, true);
+
+	s->sess->k_tx_base = t < 0 ? -1 : t - (int64_t)s->sess->bells_tx;
+}
+
+static void session_fail(struct wsd_session *ss, enum wsd_reason reason, const char *why);
+
+/*
+ * tx_lock held, about to end our direction (FIN by ring): bytes the
+ * program wrote on the kernel socket behind our back would otherwise end
+ * the stream cleanly short at the peer, the bytes neither delivered nor
+ * reported (the peer's drain may not see them before our FIN record, and
+ * across hosts they may still be on their way).  True when that failed
+ * the connection.
+ */
+static bool bells_tx_check(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t t;
+
+	if (ss->k_tx_base < 0 || s->tx_mode != DIR_RING || s->kernel_fin || s->tx_back)
+		return false;
+	t = kernel_put(s->fd, false);
+	if (t < 0 || t <= ss->k_tx_base + (int64_t)ss->bells_tx)
+		return false;
+	session_fail(ss, R_BYPASS, "bytes were written to the kernel socket by a call the "
+			       "switch did not see");
+	return true;
+}
+
+/*
+ * mu held, rx entering RING: from here every byte taken from the kernel
+ * socket is a doorbell the drain took (bells_rx), so the kernel's count of
+ * bytes taken stays k_base + bells_rx unless a call we do not see reads.
+ */
+static void bells_base(struct wsd_sock *s)
+{
+	int64_t t = kernel_taken(s->fd, true);
+
+	s->sess->k_base = t < 0 ? -1 : t - (int64_t)s->sess->bells_rx;
+}
+
+/* The doorbells the peer still owes on the stream (mu held). */
+static uint64_t bells_owed(struct wsd_session *ss)
+{
+	uint64_t back = ctl_get(ss, CW_BACK_BELLS);
+	uint64_t ann = back ? back - 1 : wsd_bells_announced(ctl_get(ss, CW_BELLS));
+
+	return ann > ss->bells_rx ? ann - ss->bells_rx : 0;
+}
+
+static int64_t bell_grace_ms(const struct wsd_session *ss)
+{
+	return ss->path == PATH_VERBS ? BELL_GRACE_VERBS_MS : BELL_GRACE_SHM_MS;
+}
+
+/*
+ * mu held, our kernel socket empty, doorbells the peer announced missing:
+ * on their way, or read by a call we did not see.  The kernel's count of
+ * bytes taken from the socket says which; without it, bells missing for a
+ * grace count as read.  While some are missing, a wait in poll, select or
+ * epoll looks again in time (wsd_recheck_ms), as a blocking receive does
+ * (bells_wait_ms).
+ */
+static void bells_due(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t now, left, t;
+	char b;
+
+	if (!bells_owed(ss)) {
+		ss->bells_short_since = 0;
+		return;
+	}
+	now = wsd_now_ms();
+	if (!ss->bells_short_since || ss->bells_short_at != ss->bells_rx) {
+		ss->bells_short_since = now;
+		ss->bells_short_at = ss->bells_rx;
+	}
+	if (ss->k_base >= 0) {
+		t = kernel_taken(s->fd, false);
+		/* (a FIN that came meanwhile counts in t: the socket must still be empty) */
+		if (t >= 0 && t > ss->k_base + (int64_t)ss->bells_rx &&
+		    real.recv(s->fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && errno == EAGAIN) {
+			session_fail(ss, R_BYPASS, "bells: announced doorbells were read from the "
+					       "kernel socket by a call the switch did not see");
+			return;
+		}
+		left = BELL_RECHECK_MS;
+	} else {
+		left = ss->bells_short_since + bell_grace_ms(ss) - now;
+		if (left <= 0) {
+			session_fail(ss, R_BYPASS, "bells: announced doorbells never came (read "
+					       "behind the switch's back)");
+			return;
+		}
+	}
+	ss->bells_look_at = now + left;
+	if (wsd_recheck_ms < 0 || wsd_recheck_ms > left)
+		wsd_recheck_ms = (int)left;
+}
+
+/*
+ * How long a blocking receive may sleep before bells_due must look again,
+ * or -1.  Only without the kernel's count: with it, the bells found missing
+ * before the sleep were not taken, so they are on their way and wake it
+ * (and the wait stays the kernel's, with its SA_RESTART and SO_RCVTIMEO).
+ */
+static int bells_wait_ms(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t left;
+
+	if (!ss || !ss->bells_short_since || s->rx_mode != DIR_RING || ss->k_base >= 0)
+		return -1;
+	left = ss->bells_look_at - wsd_now_ms();
+	return left > 0 ? (int)left + 1 : 0;
+}
+
+/*
+ * mu held: bytes on the stream (want at buf) that the bells word read
+ * before did not cover.  That read may have met the word half written (the
+ * peer announcing its next bell as we looked), and kept the last whole
+ * value, older than the bytes: read it again until it is whole.  0 when
+ * the bytes are announced bells after all, -EPROTO when a whole word says
+ * they are not, -EAGAIN when it stays half written (the peer's switch off
+ * its CPU in the middle of the write: judged later, by the grace at most).
+ */
+static int bells_settle(struct wsd_sock *s, const uint8_t *buf, size_t want)
+{
+	struct wsd_session *ss = s->sess;
+	const char *why;
+	int64_t now;
+	uint64_t v;
+
+	for (int i = 0; i < 1000; i++) {
+		int k = wsd_wire_word_try(ss->ctl, CW_BELLS, &ss->seen[CW_BELLS], UINT64_MAX, &v,
+					  &why);
+
+		if (k < 0) {
+			protocol_fail(ss, why);
+			return -EPROTO;
+		}
+		if (k > 0) {
+			ss->bells_torn_since = 0;
+			return wsd_wire_bells_check(buf, want, ss->bells_rx,
+						    wsd_bells_announced(v), &why);
+		}
+		__builtin_ia32_pause();
+		if (i % 100 == 99)
+			sched_yield();
+	}
+	now = wsd_now_ms();
+	if (!ss->bells_torn_since)
+		ss->bells_torn_since = now;
+	if (now - ss->bells_torn_since > bell_grace_ms(ss))
+		return -EPROTO;
+	sched_yield();
+	return -EAGAIN;
+}
+
+/*
+ * rx_lock held, the peer's FIN record at the head: the end of the stream
+ * only when the kernel socket holds nothing but announced bells.  Looked
+ * at, not taken (another thread may sleep on them).  0 when it does,
+ * -ECONNRESET when it holds something else (the connection was reset,
+ * R_BYPASS), -EAGAIN when the bells word was half written (look again).
+ */
+static int bells_look(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint8_t buf[4096];
+	const char *why = NULL;
+	int r = 0;
+	ssize_t n;
+
+	pthread_mutex_lock(&s->mu);
+	n = s->tcp_eof || s->tcp_err ? 0 :
+	    real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
+	if (n > 0) {
+		uint64_t back = ctl_get(ss, CW_BACK_BELLS);
+		uint64_t ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
+		size_t want = (size_t)n;
+
+		if (back) {
+			uint64_t left = back - 1 > ss->bells_rx ? back - 1 - ss->bells_rx : 0;
+
+			if (left < want)
+				want = (size_t)left;
+		}
+		if (wsd_wire_bells_check(buf, want, ss->bells_rx, ann, &why)) {
+			r = bells_settle(s, buf, want);
+			if (r != -EPROTO)
+				why = NULL;   /* announced after all, or half written */
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (why)
+		session_fail(ss, R_BYPASS, why);
+	return faulted(ss) ? -ECONNRESET : r == -EAGAIN ? -EAGAIN : 0;
+}
+
 /*
  * mu held, no other sleeper: read doorbells (ring mode only: they are not
- * data).  Once the peer went back to the stream (back_bells), its bytes
- * after its last bell are data: look first (MSG_PEEK), then take no more
- * than its count.  The peer sets back_bells before it sends data, so bytes
- * seen before back_bells was read as unset are all bells.
+ * data).  Look first (MSG_PEEK), then read the peer's counts: a bell in
+ * our kernel socket was announced (CW_BELLS) before it was sent, and the
+ * peer sets back_bells before it sends data by the stream, so every byte
+ * looked at must be the next announced bell, and once the peer went back
+ * the bytes after its last bell are data, left where they are.  Any other
+ * byte was written by a call a switch did not see: the connection is
+ * reset (R_BYPASS), never the byte delivered nor dropped.
  */
 static void drain(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	char buf[256];
+	uint8_t buf[256];
+	const char *why;
 	ssize_t n;
 
-	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err || atomic_load(&s->closed))
+	if (s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err || faulted(ss) ||
+	    atomic_load(&s->closed))
 		return;
 	for (;;) {
-		uint64_t lim = ctl_get(ss, CW_BACK_BELLS);
-		size_t want = sizeof(buf);
+		uint64_t back, ann;
+		size_t want;
 
-		if (!lim) {
-			n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
-			if (n <= 0)
-				break;   /* a reset is reported once: by this look, not the next */
-			want = (size_t)n;
-			lim = ctl_get(ss, CW_BACK_BELLS);
-		}
-		if (lim) {
-			uint64_t left = lim - 1 > ss->bells_rx ? lim - 1 - ss->bells_rx : 0;
+		n = real.recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
+		if (n <= 0)
+			break;
+		want = (size_t)n;
+		back = ctl_get(ss, CW_BACK_BELLS);
+		ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
+		if (back) {
+			uint64_t left = back - 1 > ss->bells_rx ? back - 1 - ss->bells_rx : 0;
 
 			if (left < want)
 				want = (size_t)left;
 			if (!want)
 				return;
 		}
-		n = real.recv(s->fd, buf, want, MSG_DONTWAIT);
-		if (n > 0) {
-			ss->bells_rx += (uint64_t)n;
-			wsd_stat_add(s->stat, &s->stat->doorbells_rx, (uint64_t)n);
-			continue;
+		if (wsd_wire_bells_check(buf, want, ss->bells_rx, ann, &why)) {
+			int r = bells_settle(s, buf, want);
+
+			if (r == -EAGAIN)
+				return;     /* the word half written: judged at the next look */
+			if (r) {
+				session_fail(ss, R_BYPASS, why);
+				return;
+			}
 		}
-		break;
+		n = real.recv(s->fd, buf, want, MSG_DONTWAIT);
+		if (n <= 0)
+			break;
+		ss->bells_rx += (uint64_t)n;
+		wsd_stat_add(s->stat, &s->stat->doorbells_rx, (uint64_t)n);
 	}
 	if (n == 0) {
 		s->tcp_eof = true;
-	} else if (errno != EAGAIN && errno != EINTR) {
+	} else if (errno == EAGAIN) {
+		bells_due(s);
+	} else if (errno != EINTR) {
 		s->tcp_err = true;
 		s->tcp_errno = errno;
 	}
@@ -774,9 +1094,17 @@ static void session_fail(struct wsd_session *ss, enum wsd_reason reason, const c
 		return;
 	wsd_debug("switch: fd %d: %s: %s: connection reset", s ? s->fd : -1,
 		  reason == R_AUTH ? "the ring's peer failed its proof" :
+		  reason == R_BYPASS ? "bytes moved behind the switch's back" :
 		  reason == R_PROTOCOL ? "protocol violation" : wsd_reason_name(reason), why);
 	if (!s)
 		return;
+	/*
+	 * A bypass is no fault of the peer's switch: tell it why (before the
+	 * reset it would otherwise take for a plain one), so that its program
+	 * fails too and its wsd stat says bypass.
+	 */
+	if (reason == R_BYPASS)
+		put_word(ss, W_FAIL, CW_CLOSED, 3);
 	s->tcp_err = true;
 	s->tcp_errno = ECONNRESET;
 	s->tx_shut = true;
@@ -800,6 +1128,20 @@ static void protocol_fail(struct wsd_session *ss, const char *why)
 static bool faulted(const struct wsd_session *ss)
 {
 	return ss && __atomic_load_n(&ss->fault, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * The peer's switch found bytes on the stream it did not send (closed 3):
+ * this end fails the same way, reason bypass.  True when the session failed.
+ */
+static bool peer_bypass(struct wsd_session *ss)
+{
+	if (!ss || faulted(ss))
+		return faulted(ss);
+	if (!peer_untrusted(ss) && ctl_get(ss, CW_CLOSED) == 3)
+		session_fail(ss, R_BYPASS, "the peer's switch found the stream moved by a call no "
+				       "switch saw");
+	return faulted(ss);
 }
 
 /* After a violation: the reset once (as the kernel reports one), then the end. */
@@ -1095,7 +1437,10 @@ static void proof_read(struct wsd_sock *s, bool tx_locked)
 		s->proof_got = (uint8_t)(s->proof_got + n);
 		if (s->proof_got == WSD_NONCE) {
 			atomic_store(&s->proven, true);
+			pthread_mutex_lock(&s->mu);
+			bells_base(s);
 			s->rx_mode = DIR_RING;
+			pthread_mutex_unlock(&s->mu);
 			wsd_debug("switch: fd %d: the peer proved the connection", s->fd);
 		}
 	}
@@ -1130,11 +1475,31 @@ static size_t proof_in_read(struct wsd_sock *s, const struct cursor *c, size_t l
 	s->proof_got = (uint8_t)m;
 	s->proof_since = wsd_now_ms();
 	if (m == WSD_NONCE) {
+		uint64_t ann;
+		const char *why = NULL;
+
 		atomic_store(&s->proven, true);
-		s->rx_mode = DIR_RING;
+		/* read, and not data: each must be the next announced bell (BACK counts them) */
+		ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
 		pthread_mutex_lock(&s->mu);
-		ss->bells_rx += n - left - m;   /* read, and not data: BACK counts them */
+		for (size_t rest = n - left - m; rest && !why;) {
+			size_t q = rest < sizeof(b) ? rest : sizeof(b);
+
+			cur_copy_from(&k, b, q);
+			/* (already taken: a word half written counts them as the bells they look) */
+			if (wsd_wire_bells_check(b, q, ss->bells_rx, ann, &why) &&
+			    bells_settle(s, b, q) != -EPROTO)
+				why = NULL;
+			if (!why)
+				ss->bells_rx += q;
+			rest -= q;
+		}
+		/* RING only now: a drain (mu) then finds bells_rx counting these */
+		bells_base(s);
+		s->rx_mode = DIR_RING;
 		pthread_mutex_unlock(&s->mu);
+		if (why)
+			session_fail(ss, R_BYPASS, why);
 	}
 	return left;
 }
@@ -1333,8 +1698,10 @@ static void check_back(struct wsd_sock *s)
 	memcpy(&bells, r.payload, sizeof(bells));
 	pthread_mutex_lock(&s->mu);
 	e = wsd_wire_back_check(bells, lim, ss->bells_rx, &why);
-	if (!e)
+	if (!e) {
 		s->rx_skip = bells - ss->bells_rx;
+		s->rx_skip_end = bells;
+	}
 	pthread_mutex_unlock(&s->mu);
 	if (e) {
 		protocol_fail(ss, why);
@@ -1349,15 +1716,47 @@ static void check_back(struct wsd_sock *s)
 	set_back(s, true);
 }
 
-/* Skip up to *left bells on the stream without waiting: -EAGAIN while some are on their way. */
-static int skip_bells(struct wsd_sock *s, uint64_t *left)
+/*
+ * A byte that should be a bell is not, on a socket whose rx is back on the
+ * stream (a session, or only the prefix a fork or an exec left): reset.
+ */
+static int bypass_reset(struct wsd_sock *s, const char *why)
 {
-	char junk[256];
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+
+	if (s->sess && !s->detached) {
+		session_fail(s->sess, R_BYPASS, why);
+		s->tcp_err = false;   /* the reset is this call's: then the end */
+		s->tcp_eof = true;
+		return -ECONNRESET;
+	}
+	wsd_debug("switch: fd %d: bytes moved behind the switch's back: %s: connection reset",
+		  s->fd, why);
+	wsd_stat_begin(s->stat);
+	s->stat->reason = R_BYPASS;
+	wsd_stat_end(s->stat);
+	real.connect(s->fd, &unspec, sizeof(unspec));
+	return -ECONNRESET;
+}
+
+/*
+ * Skip up to *left bells on the stream without waiting, the last of them
+ * number `end`: each looked at first, and a byte that is not the next bell
+ * resets the connection (-ECONNRESET).  -EAGAIN while some are on their way.
+ */
+static int skip_bells(struct wsd_sock *s, uint64_t *left, uint64_t end)
+{
+	uint8_t junk[256];
+	const char *why;
 
 	while (*left) {
 		ssize_t n = real.recv(s->fd, junk, *left < sizeof(junk) ? *left : sizeof(junk),
-				      MSG_DONTWAIT);
+				      MSG_DONTWAIT | MSG_PEEK);
 
+		if (n > 0 && wsd_wire_bells_check(junk, (size_t)n, end - *left, end, &why))
+			return bypass_reset(s, why);
+		if (n > 0)
+			n = real.recv(s->fd, junk, (size_t)n, MSG_DONTWAIT);
 		if (n > 0) {
 			*left -= (uint64_t)n;
 			continue;
@@ -1393,7 +1792,8 @@ static ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags)
 			wsd_prefix_unlock(p);
 			return (ssize_t)k;
 		}
-		r = skip_bells(s, &p->skip);
+		/* the prefix keeps the last bell's number's low 32 bits: the values' */
+		r = skip_bells(s, &p->skip, (uint32_t)(p->bells_end - (uint32_t)p->skip) + p->skip);
 		if (!r)
 			atomic_store_explicit(&p->done, 1, memory_order_release);
 		wsd_prefix_unlock(p);
@@ -1402,7 +1802,7 @@ static ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags)
 		pre_spent(s);
 	}
 	if (s->rx_skip && s->rx_back)
-		return skip_bells(s, &s->rx_skip);
+		return skip_bells(s, &s->rx_skip, s->rx_skip_end);
 	return 0;
 }
 
@@ -1654,6 +2054,14 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		if (r.type == REC_BACK)
 			break;        /* check_back moves on once its count is there */
 		if (r.type == REC_FIN) {
+			if (!done && !peek) {
+				int e = bells_look(s);
+
+				if (e == -ECONNRESET)
+					return fault_rx(s);
+				if (e)
+					return e;
+			}
 			if (!done) {
 				s->peer_fin = true;
 				if (s->tx_shut && !s->kernel_fin)
@@ -1768,7 +2176,7 @@ static ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	size_t want = cur_left(c);
 	ssize_t n;
 
-	if (faulted(s->sess))
+	if (peer_bypass(s->sess))
 		return fault_rx(s);
 	/*
 	 * Every look at the ring looks for the peer's BACK request too: the bell
@@ -1933,6 +2341,7 @@ static int sndtimeo_ms(struct wsd_sock *s)
 static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 {
 	bool peek = for_rx;
+	int grace = -1;
 	char b;
 	ssize_t n;
 	int e = 0;
@@ -1953,6 +2362,12 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	/* part of the proof came: the rest is due within PROOF_MS, tick to see */
 	if (for_rx && s->rx_mode == DIR_PROOF && s->proof_got)
 		peek = false;
+	/* announced bells missing: look again when their grace ends */
+	pthread_mutex_lock(&s->mu);
+	grace = bells_wait_ms(s);
+	pthread_mutex_unlock(&s->mu);
+	if (grace >= 0)
+		peek = false;
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
 	/* its last fd closed: the number may be another file's (sock.c, last_close) */
@@ -1972,11 +2387,13 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };
 		int ms = -1;
 
-		if (*deadline > 0) {
+		if (deadline && *deadline > 0) {
 			int64_t left = *deadline - wsd_now_ms();
 
 			ms = left > 0 ? (int)left : 0;
 		}
+		if (grace >= 0 && (ms < 0 || ms > grace))
+			ms = grace;
 		/*
 		 * No doorbell can come while the peer still sends by the stream,
 		 * and the stream's unread data would wake us at once: tick,
@@ -1990,7 +2407,7 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		n = real.poll(&p, 1, ms);
 		if (n < 0)
 			e = errno;
-		else if (n == 0 && *deadline > 0 && wsd_now_ms() >= *deadline)
+		else if (n == 0 && deadline && *deadline > 0 && wsd_now_ms() >= *deadline)
 			e = EAGAIN;
 	}
 	pthread_mutex_lock(&s->mu);
@@ -2004,6 +2421,9 @@ static int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		drain(s);
 	s->sleepers--;
 	pthread_mutex_unlock(&s->mu);
+	/* the peer's switch reset for a bypass: its word tells (the caller's next look) */
+	if (e && e != EINTR && e != EAGAIN && peer_bypass(s->sess))
+		return 0;
 	if (e == EINTR || e == EAGAIN || e == EWOULDBLOCK)
 		return -e;
 	if (e) {
@@ -2764,7 +3184,7 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	}
 	if (s->detached) {
 		n = -ECONNRESET;
-	} else if (faulted(s->sess)) {
+	} else if (peer_bypass(s->sess)) {
 		/* the reset once, as the kernel reports one, then EPIPE */
 		if (s->tcp_err) {
 			s->tcp_err = false;
@@ -2832,7 +3252,7 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 		/* bells not yet skipped make the fd readable with nothing to read */
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };
 
-		if (s->rx_skip && skip_bells(s, &s->rx_skip))
+		if (s->rx_skip && skip_bells(s, &s->rx_skip, s->rx_skip_end))
 			return false;
 		return real.poll(&p, 1, 0) == 1;
 	}
@@ -2895,7 +3315,7 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 		}
 		return r & (events | POLLHUP | POLLERR);
 	}
-	if (faulted(s->sess))
+	if (peer_bypass(s->sess))
 		/* reset: as tcp_poll says of a connection the peer reset */
 		return (POLLIN | POLLOUT | POLLRDHUP | POLLERR | POLLHUP) & (events | POLLHUP | POLLERR);
 	pthread_mutex_lock(&s->rx_lock);
@@ -3076,7 +3496,9 @@ int wsd_sock_shutdown(struct wsd_sock *s, int how)
 			if (real.shutdown(s->fd, how))
 				r = -errno;
 		} else if (!s->tx_shut) {
-			if (s->tx_mode == DIR_RING) {
+			if (s->tx_mode == DIR_RING && bells_tx_check(s)) {
+				/* reset instead: the peer's next call says so */
+			} else if (s->tx_mode == DIR_RING) {
 				if (fits(s->sess, 0, true))
 					r = write_record(s, REC_FIN, NULL, 0, NULL);
 				ring_data(s);
@@ -3145,6 +3567,10 @@ void wsd_sock_closed(struct wsd_sock *s)
 	drain(s);
 	pthread_mutex_unlock(&s->mu);
 	pthread_mutex_lock(&s->tx_lock);
+	if (!s->tx_shut && bells_tx_check(s)) {
+		pthread_mutex_unlock(&s->tx_lock);
+		return;     /* reset: the kernel's close ends it */
+	}
 	if (s->tx_mode == DIR_RING && !s->tx_shut && fits(ss, 0, true))
 		write_record(s, REC_FIN, NULL, 0, NULL);
 	s->tx_shut = true;
@@ -3175,6 +3601,7 @@ static int set_prefix(struct wsd_sock *s, const uint8_t *data, size_t len)
 	p = wsd_prefix_new(data, len, s->rx_skip, &fd);
 	if (!p)
 		return -ENOMEM;
+	p->bells_end = (uint32_t)s->rx_skip_end;
 	if (s->pre) {
 		wsd_prefix_close(s->pre);
 		real.close(s->pre_fd);
@@ -3336,7 +3763,8 @@ int wsd_sock_downgrade(struct wsd_sock *s, int ms)
 	}
 	pthread_mutex_unlock(&s->tx_lock);
 	/* the peer's bells before its BACK are on their way, or here */
-	while (!r && s->rx_skip && skip_bells(s, &s->rx_skip) == -EAGAIN && wsd_now_ms() < end) {
+	while (!r && s->rx_skip && skip_bells(s, &s->rx_skip, s->rx_skip_end) == -EAGAIN &&
+	       wsd_now_ms() < end) {
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };
 
 		real.poll(&p, 1, 1);

@@ -56,6 +56,18 @@ struct wsd_session {
 	/* doorbell bytes on the stream since the switch, each way (BACK counts them) */
 	uint64_t bells_tx;           /* tx_lock */
 	uint64_t bells_rx;           /* mu */
+	/* mu: since when (ms; 0: not) the peer's announced bells exceed those
+	 * read with our kernel socket empty, and bells_rx then */
+	int64_t bells_short_since;
+	uint64_t bells_short_at;
+	int64_t bells_look_at;       /* then bells_due looks again (ms) */
+	int64_t bells_torn_since;    /* the bells word found half written since (ms) */
+	/* mu: bytes taken from the kernel socket, as the kernel counts them,
+	 * less bells_rx, since rx entered RING (-1: the kernel does not tell) */
+	int64_t k_base;
+	/* tx_lock: bytes written on the kernel socket, as the kernel counts
+	 * them, less bells_tx, since tx entered RING (-1: it does not tell) */
+	int64_t k_tx_base;
 	bool back_asked;             /* we wrote the peer's back_req */
 	_Atomic uint64_t seen[CW_N];  /* the control words' last checked values */
 	/* our offer of a receive buffer (rx_lock) */

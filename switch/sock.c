@@ -438,31 +438,84 @@ EXPORT int dup(int fd)
 	return duped(fd, real.dup(fd));
 }
 
+/*
+ * dup2 or dup3 is about to close newfd: if it is its socket's last fd, the
+ * socket's close (its FIN by ring, its last doorbells read and rung) must
+ * still reach its own kernel socket, not the one newfd names afterwards
+ * (a bell written there is a byte the other connection's peer never
+ * announced, a bell read there one stolen from it).  A copy of the
+ * descriptor to close it by (returned, to close after), or -1: none needed,
+ * or none to be had (then the close path's calls fail with EBADF).
+ */
+static int keep_closing(int newfd, bool *kept)
+{
+	struct wsd_sock *s = wsd_fd_get(newfd);
+	int k = -1;
+
+	*kept = false;
+	if (!s)
+		return -1;
+	if (atomic_load(&s->nfds) == 1 && s->fd == newfd) {
+		k = real.fcntl(newfd, F_DUPFD_CLOEXEC, 0);
+		s->fd = k;
+		*kept = true;
+	}
+	wsd_sock_put(s);
+	return k;
+}
+
+/* The dup failed: newfd still names its socket. */
+static void keep_undo(int newfd, int k)
+{
+	struct wsd_sock *s = wsd_fd_get(newfd);
+
+	if (s && s->fd == k)
+		s->fd = newfd;
+	if (s)
+		wsd_sock_put(s);
+}
+
 EXPORT int dup2(int oldfd, int newfd)
 {
-	int r;
+	bool kept = false;
+	int r, k, e;
 
 	wsd_real_init();
 	if (oldfd == newfd)
 		return real.dup2(oldfd, newfd);
+	k = wsd_fd_any() ? keep_closing(newfd, &kept) : -1;
 	r = real.dup2(oldfd, newfd);
+	e = errno;
 	if (r >= 0) {
 		wsd_poll_fd_closed(newfd);
 		forget(newfd);
+	} else if (kept) {
+		keep_undo(newfd, k);
 	}
+	if (k >= 0)
+		real.close(k);
+	errno = e;
 	return duped(oldfd, r);
 }
 
 EXPORT int dup3(int oldfd, int newfd, int flags)
 {
-	int r;
+	bool kept = false;
+	int r, k, e;
 
 	wsd_real_init();
+	k = wsd_fd_any() && oldfd != newfd ? keep_closing(newfd, &kept) : -1;
 	r = real.dup3(oldfd, newfd, flags);
+	e = errno;
 	if (r >= 0) {
 		wsd_poll_fd_closed(newfd);
 		forget(newfd);
+	} else if (kept) {
+		keep_undo(newfd, k);
 	}
+	if (k >= 0)
+		real.close(k);
+	errno = e;
 	return duped(oldfd, r);
 }
 

@@ -217,6 +217,7 @@ struct wsd_sock {
 	bool tx_back;                /* tx_lock */
 	bool rx_back;                /* rx_lock */
 	uint64_t rx_skip;            /* rx_lock: the peer's doorbells still on the stream */
+	uint64_t rx_skip_end;        /* rx_lock: the number of the last of them */
 	struct wsd_prefix *pre;      /* bytes to deliver before the stream's (fork, exec) */
 	int tcp_errno;
 	_Atomic int upgrade_state;   /* UP_* */
@@ -371,7 +372,7 @@ struct wsd_prefix {
 	pthread_mutex_t mu;          /* process-shared, robust */
 	uint64_t len, off, skip;
 	_Atomic uint32_t done;       /* nothing left: read the stream */
-	uint32_t pad;
+	uint32_t bells_end;          /* the number of the last bell to skip (low bits) */
 	uint8_t data[];
 };
 

@@ -241,6 +241,17 @@ int wsd_wire_wzc_check(const struct wsd_wzc *w, uint64_t post_gen, bool open, ui
 	return 0;
 }
 
+int wsd_wire_bells_check(const uint8_t *b, size_t n, uint64_t read, uint64_t announced,
+			 const char **why)
+{
+	if (read > announced || n > announced - read)
+		return bad(why, "bells: more bytes on the stream than doorbells announced");
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != wsd_bell_value(read + i + 1))
+			return bad(why, "bells: a byte on the stream that is not the next doorbell");
+	return 0;
+}
+
 int wsd_wire_back_check(uint64_t bells, uint64_t word, uint64_t bells_read, const char **why)
 {
 	/* word 0 is "not written yet", for the caller to wait on, never B + 1 */
@@ -289,8 +300,12 @@ int wsd_wire_word_check(int idx, uint64_t v, uint64_t last, uint64_t bound, cons
 	case CW_BACK_REQ:
 		return v > 1 ? bad(why, "control word: flag out of range") : 0;
 	case CW_CLOSED:
+		return v > 3 ? bad(why, "control word: flag out of range") : 0;
 	case CW_MAPPED:
 		return v > 2 ? bad(why, "control word: flag out of range") : 0;
+	case CW_BELLS:
+		/* the count only grows; the "one more on its way" bit comes and goes */
+		return v >> 1 < last >> 1 ? bad(why, "bells: count went back") : 0;
 	case CW_BACK_BELLS:
 		/* written once */
 		return last && v != last ? bad(why, "back_bells: changed") : 0;
@@ -303,6 +318,14 @@ int wsd_wire_word_check(int idx, uint64_t v, uint64_t last, uint64_t bound, cons
 }
 
 int wsd_wire_word_get(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen,
+		      uint64_t bound, uint64_t *v, const char **why)
+{
+	int r = wsd_wire_word_try(ctl, idx, seen, bound, v, why);
+
+	return r < 0 ? r : 0;
+}
+
+int wsd_wire_word_try(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen,
 		      uint64_t bound, uint64_t *v, const char **why)
 {
 	/*
@@ -323,5 +346,5 @@ int wsd_wire_word_get(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen
 		return r;
 	atomic_store_explicit(seen, x, memory_order_relaxed);
 	*v = x;
-	return 0;
+	return 1;
 }

@@ -18,13 +18,14 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "wsd/wsp.h"
 #include "switch/stat.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 5u
+#define WSD_PROTO_VERSION 6u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
 #define WSD_NONCE         16u           /* bytes of a handshake's challenge */
 
@@ -83,7 +84,8 @@ enum {
 	CW_SPACE_ARM,    /* the peer waits for room in our ring */
 	CW_RX_READY,     /* the peer takes our data by ring from now */
 	CW_ZC_DONE,      /* our zero-copy records the peer finished */
-	CW_CLOSED,       /* the peer closed its socket: 1, or 2 for a reset */
+	CW_CLOSED,       /* the peer closed its socket: 1, or 2 for a reset, 3 for
+			    a reset because it found a bypass (R_BYPASS) */
 	CW_BACK_REQ,     /* the peer asks us to send by the stream again */
 	CW_BACK_BELLS,   /* the peer's doorbells on the stream + 1, once it went
 			    back: its stream bytes after those are data */
@@ -91,8 +93,28 @@ enum {
 	CW_POST_CANCEL,  /* the peer withdrew its offer of this generation */
 	CW_CLAIM,        /* the peer is writing into our offered buffer (generation) */
 	CW_MAPPED,       /* the peer mapped our region (1) or will not (2): our memfd can go */
+	CW_BELLS,        /* the peer's doorbells on the stream, times 2, plus 1
+			    while it writes one more (wsd_bells_announced) */
 	CW_N
 };
+
+/*
+ * Doorbells are recognisable: bell number i (from 1, each direction) is the
+ * byte i mod 256, and its sender counts it in CW_BELLS before it writes it,
+ * so a receiver that finds on the stream a byte that is not the next
+ * announced bell knows a call it did not see moved it (wsd-protocol(7),
+ * Doorbells).
+ */
+static inline uint8_t wsd_bell_value(uint64_t i)
+{
+	return (uint8_t)i;
+}
+
+/* The doorbells a CW_BELLS value allows on the stream. */
+static inline uint64_t wsd_bells_announced(uint64_t w)
+{
+	return (w >> 1) + (w & 1);
+}
 
 struct wsd_word {
 	_Atomic uint64_t v, check;
@@ -114,6 +136,9 @@ struct wsd_ctl {
 
 #define CTL_SIZE 512u
 _Static_assert(sizeof(struct wsd_ctl) <= CTL_SIZE, "control area");
+/* where wsd-protocol(7) puts them */
+_Static_assert(offsetof(struct wsd_ctl, w[CW_BELLS]) == 192, "the bells word");
+_Static_assert(offsetof(struct wsd_ctl, post) == 208, "the offer block");
 
 enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5, REC_BACK = 6,
        REC_WZC = 7 };
@@ -206,6 +231,13 @@ int wsd_wire_zc_check(const struct wsd_zc *z, const char **why);
  */
 int wsd_wire_wzc_check(const struct wsd_wzc *w, uint64_t post_gen, bool open, uint64_t room,
 		       uint64_t *deliver, const char **why);
+/*
+ * Doorbells: n bytes taken (or looked at) on the stream after `read` bells,
+ * with `announced` bells counted by the peer: each must be the next bell.
+ * -EPROTO means a byte moved by a call a switch did not see (R_BYPASS).
+ */
+int wsd_wire_bells_check(const uint8_t *b, size_t n, uint64_t read, uint64_t announced,
+			 const char **why);
 /* BACK: the peer's bells on the stream, with its back_bells word and the bells we read. */
 int wsd_wire_back_check(uint64_t bells, uint64_t word, uint64_t bells_read, const char **why);
 /* An offer (CW_POST's block) of generation gen, for a sender at tx_pos. */
@@ -224,6 +256,12 @@ int wsd_wire_word_check(int idx, uint64_t v, uint64_t last, uint64_t bound, cons
  * wsd_wire_word_check (then *v is the last good one).
  */
 int wsd_wire_word_get(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen,
+		      uint64_t bound, uint64_t *v, const char **why);
+/*
+ * As wsd_wire_word_get, and 1 when this read found the word whole (value
+ * and check agreeing), 0 when the peer was writing it (*v: the last one).
+ */
+int wsd_wire_word_try(const struct wsd_ctl *ctl, int idx, _Atomic uint64_t *seen,
 		      uint64_t bound, uint64_t *v, const char **why);
 
 #endif /* WSD_SWITCH_WIRE_H */

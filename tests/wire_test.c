@@ -455,6 +455,32 @@ START_TEST(payload_checks)
 }
 END_TEST
 
+START_TEST(bells_checks)
+{
+	const uint8_t ok[] = { 3, 4, 5 }, late[] = { 3, 5 }, zero[] = { 0 };
+	uint8_t wrap[] = { 255, 0, 1 };
+	const char *why;
+
+	/* bells 3, 4 and 5 after 2 read, with 5 announced (count 4, one more on its way) */
+	ck_assert_uint_eq(wsd_bells_announced(4 << 1 | 1), 5);
+	ck_assert_uint_eq(wsd_bells_announced(4 << 1), 4);
+	VALID(wsd_wire_bells_check(ok, 3, 2, wsd_bells_announced(4 << 1 | 1), &why));
+	VALID(wsd_wire_bells_check(ok, 0, 5, 5, &why));
+	/* one more byte than announced: written behind the switch's back */
+	BROKEN(wsd_wire_bells_check(ok, 3, 2, 4, &why), "more bytes");
+	BROKEN(wsd_wire_bells_check(ok, 1, 6, 5, &why), "more bytes");
+	/* a bell missing before the next (read behind its back), or a data byte */
+	BROKEN(wsd_wire_bells_check(late, 2, 2, 10, &why), "not the next");
+	BROKEN(wsd_wire_bells_check(zero, 1, 0, 10, &why), "not the next");
+	/* bell 256 is 0 */
+	VALID(wsd_wire_bells_check(wrap, 3, 254, 300, &why));
+	wrap[1] = 1;
+	BROKEN(wsd_wire_bells_check(wrap, 3, 254, 300, &why), "not the next");
+	/* counts near 2^64 do not wrap past the bound */
+	BROKEN(wsd_wire_bells_check(ok, 3, UINT64_MAX - 1, UINT64_MAX, &why), "more bytes");
+}
+END_TEST
+
 START_TEST(post_checks)
 {
 	struct wsd_post p = { .gen = 2, .pos = 4096, .len = 1u << 20 };
@@ -494,9 +520,16 @@ START_TEST(word_checks)
 	BROKEN(wsd_wire_word_check(CW_BACK_REQ, 5, 0, UINT64_MAX, &why), "range");
 	VALID(wsd_wire_word_check(CW_CLOSED, 2, 0, UINT64_MAX, &why));
 	VALID(wsd_wire_word_check(CW_CLOSED, 1, 2, UINT64_MAX, &why));   /* reset, then closed */
-	BROKEN(wsd_wire_word_check(CW_CLOSED, 3, 0, UINT64_MAX, &why), "range");
+	VALID(wsd_wire_word_check(CW_CLOSED, 3, 0, UINT64_MAX, &why));   /* reset: bypass */
+	BROKEN(wsd_wire_word_check(CW_CLOSED, 4, 0, UINT64_MAX, &why), "range");
 	VALID(wsd_wire_word_check(CW_MAPPED, 2, 0, UINT64_MAX, &why));
 	BROKEN(wsd_wire_word_check(CW_MAPPED, UINT64_MAX, 0, UINT64_MAX, &why), "range");
+	/* bells: the count grows, its "one more" bit comes and goes */
+	VALID(wsd_wire_word_check(CW_BELLS, 5, 0, UINT64_MAX, &why));
+	VALID(wsd_wire_word_check(CW_BELLS, 4, 5, UINT64_MAX, &why));   /* the bell not sent */
+	VALID(wsd_wire_word_check(CW_BELLS, 7, 4, UINT64_MAX, &why));
+	BROKEN(wsd_wire_word_check(CW_BELLS, 3, 4, UINT64_MAX, &why), "went back");
+	BROKEN(wsd_wire_word_check(CW_BELLS, 0, 2, UINT64_MAX, &why), "went back");
 	/* back_bells: once */
 	VALID(wsd_wire_word_check(CW_BACK_BELLS, 7, 0, UINT64_MAX, &why));
 	VALID(wsd_wire_word_check(CW_BACK_BELLS, 7, 7, UINT64_MAX, &why));
@@ -541,6 +574,17 @@ START_TEST(word_get)
 	word_put(c, CW_CONSUMED, 400, ~400ull);
 	BROKEN(wsd_wire_word_get(c, CW_CONSUMED, &seen, 1000, &v, &why), "back");
 	ck_assert_uint_eq(v, 500);
+	/* the same read, saying whether it found the word whole (the drain's) */
+	word_put(c, CW_BELLS, 9, ~7ull);
+	ck_assert_int_eq(wsd_wire_word_try(c, CW_BELLS, &seen, UINT64_MAX, &v, &why), 0);
+	ck_assert_uint_eq(v, 500);
+	seen = 0;
+	word_put(c, CW_BELLS, 9, ~9ull);
+	ck_assert_int_eq(wsd_wire_word_try(c, CW_BELLS, &seen, UINT64_MAX, &v, &why), 1);
+	ck_assert_uint_eq(v, 9);
+	word_put(c, CW_BELLS, 6, ~6ull);
+	BROKEN(wsd_wire_word_try(c, CW_BELLS, &seen, UINT64_MAX, &v, &why), "went back");
+	ck_assert_uint_eq(v, 9);
 	free(c);
 }
 END_TEST
@@ -563,6 +607,7 @@ int main(void)
 	tcase_add_test(tc, ring_malformed);
 	tcase_add_test(tc, payload_checks);
 	tcase_add_test(tc, post_checks);
+	tcase_add_test(tc, bells_checks);
 	tcase_add_test(tc, word_checks);
 	tcase_add_test(tc, word_get);
 	suite_add_tcase(s, tc);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A peer switch written from wsd-protocol(7) (version 5) alone, for the
+ * A peer switch written from wsd-protocol(7) (version 6) alone, for the
  * attackers in this folder: the wire formats and the provider calls to
  * reach a wsd server's registry.  Not the switch's own code, on purpose:
  * an attacker needs no more than the page tells.
@@ -14,7 +14,7 @@
 #include "wsd/wsp.h"
 
 #define P_MAGIC 0x57534453u
-#define P_VERSION 5
+#define P_VERSION 6
 #define P_TUPLE_MAGIC 0x5754
 #define P_CTL 512u                   /* the control area before the ring */
 
@@ -22,7 +22,7 @@ enum { P_HELLO = 1, P_ACCEPT = 2, P_REFUSE = 3 };
 enum { P_DATA = 1, P_ZC = 2, P_SWITCH = 3, P_FIN = 4, P_PAD = 5, P_BACK = 6, P_WZC = 7 };
 /* control words, 16 bytes each: value, then ~value */
 enum { W_CONSUMED, W_DATA_ARM, W_SPACE_ARM, W_RX_READY, W_ZC_DONE, W_CLOSED, W_BACK_REQ,
-       W_BACK_BELLS, W_POST, W_POST_CANCEL, W_CLAIM, W_MAPPED };
+       W_BACK_BELLS, W_POST, W_POST_CANCEL, W_CLAIM, W_MAPPED, W_BELLS };
 
 struct p_addr {
 	uint8_t family, pad;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer: the control words as ctl_get reads them (wsd_wire_word_get),
- * and the offer block as send_posted checks it.  Input: our bounds (tx_pos,
+ * the offer block as send_posted checks it, and doorbells on the stream as
+ * the drain checks them against the bells word (wsd_wire_bells_check).  Input: our bounds (tx_pos,
  * zc_sent, post_gen: 24 bytes), then the control area, read twice (the
  * second time over the fuzzer's next bytes, so values change as a peer's do).
  */
@@ -44,10 +45,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			    (((idx == CW_CONSUMED || idx == CW_ZC_DONE || idx == CW_CLAIM) &&
 			      (v > bound || v < last)) ||
 			     ((idx == CW_RX_READY || idx == CW_BACK_REQ) && v > 1) ||
-			     ((idx == CW_CLOSED || idx == CW_MAPPED) && v > 2)))
+			     (idx == CW_CLOSED && v > 3) || (idx == CW_MAPPED && v > 2) ||
+			     (idx == CW_BELLS && v >> 1 < last >> 1)))
 				abort();
 			if (r && v != last)
 				abort();     /* a refused value is never handed on */
+		}
+		{
+			/*
+			 * The doorbells the stream may hold after the bells word:
+			 * bytes the check passes are the next announced bells,
+			 * never more than announced (the bytes: the area's start).
+			 */
+			uint64_t ann = wsd_bells_announced(seen[CW_BELLS]);
+			uint64_t rd = b[0] % (ann + 1);
+			size_t n = (size_t)(b[1] % 64);
+			const uint8_t *bytes = (const uint8_t *)ctl;
+
+			if (!wsd_wire_bells_check(bytes, n, rd, ann, &why)) {
+				if (n > ann - rd)
+					abort();
+				for (size_t i = 0; i < n; i++)
+					if (bytes[i] != (uint8_t)(rd + i + 1))
+						abort();
+			}
 		}
 		{
 			struct wsd_post p;
