@@ -3642,7 +3642,7 @@ int wsd_sock_bare(struct wsd_sock *s, enum wsd_reason why, int ms)
 		return 0;
 	pthread_mutex_lock(&s->rx_lock);
 	if (!faulted(ss)) {
-		while (s->rx_back && s->rx_skip && skip_bells(s, &s->rx_skip) == -EAGAIN &&
+		while (s->rx_back && s->rx_skip && skip_bells(s, &s->rx_skip, s->rx_skip_end) == -EAGAIN &&
 		       wsd_now_ms() < end) {
 			struct pollfd p = { .fd = s->fd, .events = POLLIN };
 
