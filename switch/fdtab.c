@@ -194,3 +194,27 @@ void wsd_fd_atfork_child(void)
 {
 	pthread_rwlock_init(&tab_lock, NULL);
 }
+
+void wsd_sock_list_add(struct wsd_sock_list *l, struct wsd_sock *s)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		struct wsd_sock **p = realloc(l->socks, cap * sizeof(*p));
+
+		if (!p)
+			return;
+		l->socks = p;
+		l->cap = cap;
+	}
+	wsd_sock_hold(s);
+	l->socks[l->n++] = s;
+}
+
+void wsd_sock_list_free(struct wsd_sock_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		wsd_sock_put(l->socks[i]);
+	free(l->socks);
+	l->socks = NULL;
+	l->n = l->cap = 0;
+}

@@ -66,35 +66,15 @@ int wsd_sock_keep_tcp(struct wsd_sock *s, enum wsd_reason why)
 	return r;
 }
 
-struct sock_list {
-	struct wsd_sock **socks;
-	size_t n, cap;
-};
-
 static void note(int fd, struct wsd_sock *s, void *arg)
 {
-	struct sock_list *l = arg;
-
 	(void)fd;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		struct wsd_sock **p = realloc(l->socks, cap * sizeof(*p));
-
-		if (!p)
-			return;
-		l->socks = p;
-		l->cap = cap;
-	}
-	for (size_t i = 0; i < l->n; i++)
-		if (l->socks[i] == s)
-			return;
-	wsd_sock_hold(s);
-	l->socks[l->n++] = s;
+	wsd_sock_list_add(arg, s);
 }
 
 void wsd_guard_io_uring(void)
 {
-	struct sock_list l = { 0 };
+	struct wsd_sock_list l = { 0 };
 	uint8_t none = R_NONE;
 
 	wsd_real_init();
@@ -110,9 +90,8 @@ void wsd_guard_io_uring(void)
 		/* the ring may read the kernel socket: nothing of ours may sit before its bytes */
 		wsd_sock_keep_tcp(s, R_IO_URING);
 		wsd_sock_bare(s, R_IO_URING, WSD_BACK_MS);
-		wsd_sock_put(s);
 	}
-	free(l.socks);
+	wsd_sock_list_free(&l);
 }
 
 /* ---- io_uring ------------------------------------------------------------------ */
@@ -124,17 +103,6 @@ void wsd_guard_io_uring(void)
  * syscall() in raw.c); the provider's own rings pass through
  * wsd_uring_init, which says so.
  */
-static void *next_sym(const char *name)
-{
-	void *p = dlsym(RTLD_NEXT, name);
-
-	if (!p) {
-		fprintf(stderr, "libwsd: no %s behind the switch: %s\n", name, dlerror());
-		abort();
-	}
-	return p;
-}
-
 EXPORT int io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
 				      struct io_uring_params *p)
 {
@@ -143,7 +111,7 @@ EXPORT int io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
 	int r;
 
 	if (!next)
-		next = next_sym("io_uring_queue_init_params");
+		next = wsd_real_next("io_uring_queue_init_params");
 	r = next(entries, ring, p);
 	if (r == 0 && !own)
 		wsd_guard_io_uring();
@@ -157,7 +125,7 @@ EXPORT int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned
 	int r;
 
 	if (!next)
-		next = next_sym("io_uring_queue_init");
+		next = wsd_real_next("io_uring_queue_init");
 	r = next(entries, ring, flags);
 	if (r == 0 && !own)
 		wsd_guard_io_uring();
@@ -171,7 +139,7 @@ EXPORT int io_uring_setup(unsigned entries, struct io_uring_params *p)
 	int r;
 
 	if (!next)
-		next = next_sym("io_uring_setup");
+		next = wsd_real_next("io_uring_setup");
 	r = next(entries, p);
 	if (r >= 0 && !own)
 		wsd_guard_io_uring();

@@ -14,7 +14,7 @@
 struct real_calls real;
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
 
-static void *need(const char *name)
+void *wsd_real_next(const char *name)
 {
 	void *p = dlsym(RTLD_NEXT, name);
 
@@ -25,7 +25,7 @@ static void *need(const char *name)
 	return p;
 }
 
-#define FILL(name) real.name = need(#name)
+#define FILL(name) real.name = wsd_real_next(#name)
 
 static void fill(void)
 {

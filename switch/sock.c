@@ -742,38 +742,7 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
  */
 #define BACK_MS WSD_BACK_MS
 
-struct sock_list {
-	struct wsd_sock **socks;
-	size_t n, cap;
-};
-
-/* Under the fd table's lock: only note them (the work takes other locks). */
-static void list_add(struct sock_list *l, struct wsd_sock *s)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		struct wsd_sock **p = realloc(l->socks, cap * sizeof(*p));
-
-		if (!p)
-			return;
-		l->socks = p;
-		l->cap = cap;
-	}
-	wsd_sock_hold(s);
-	l->socks[l->n++] = s;
-}
-
-static void list_free(struct sock_list *l)
-{
-	for (size_t i = 0; i < l->n; i++)
-		wsd_sock_put(l->socks[i]);
-	free(l->socks);
-}
-
-#define upgraded wsd_sock_upgraded
-
-/* s, named by fd, will be held by a child too (fork, spawn). */
-static void note_child(struct wsd_sock *s, struct sock_list *l)
+static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)
 {
 	int st;
 
@@ -785,8 +754,8 @@ static void note_child(struct wsd_sock *s, struct sock_list *l)
 		s->why_not = R_FORKED;
 	}
 	st = atomic_load(&s->upgrade_state);
-	if (upgraded(s) || st == UP_QUEUED || st == UP_RUNNING || s->rx_skip)
-		list_add(l, s);
+	if (wsd_sock_upgraded(s) || st == UP_QUEUED || st == UP_RUNNING || s->rx_skip)
+		wsd_sock_list_add(l, s);
 }
 
 static void note_fork(int fd, struct wsd_sock *s, void *arg)
@@ -796,7 +765,7 @@ static void note_fork(int fd, struct wsd_sock *s, void *arg)
 }
 
 /* The noted sockets go back to the stream (before a child may use them). */
-static void to_stream(struct sock_list *l)
+static void to_stream(struct wsd_sock_list *l)
 {
 	int64_t end = wsd_now_ms() + BACK_MS;
 
@@ -808,7 +777,7 @@ static void to_stream(struct sock_list *l)
 		while (((st = atomic_load(&s->upgrade_state)) == UP_QUEUED || st == UP_RUNNING) &&
 		       wsd_now_ms() < end)
 			real.poll(NULL, 0, 1);
-		if (upgraded(s))
+		if (wsd_sock_upgraded(s))
 			wsd_sock_downgrade(s, BACK_MS);
 		else if (s->rx_skip)
 			wsd_sock_share_skip(s);
@@ -817,7 +786,7 @@ static void to_stream(struct sock_list *l)
 
 static void before_fork(void)
 {
-	struct sock_list l = { 0 };
+	struct wsd_sock_list l = { 0 };
 
 	/* our threads between two pieces of work: none inside the allocator */
 	wsd_threads_idle(200);
@@ -825,7 +794,7 @@ static void before_fork(void)
 		return;
 	wsd_fd_each(note_fork, &l);
 	to_stream(&l);
-	list_free(&l);
+	wsd_sock_list_free(&l);
 }
 
 static void in_child(void)
@@ -847,7 +816,7 @@ static void note_exec(int fd, struct wsd_sock *s, void *arg)
 {
 	(void)fd;
 	if (s->sess && !s->detached)
-		list_add(arg, s);
+		wsd_sock_list_add(arg, s);
 }
 
 /*
@@ -911,7 +880,7 @@ static void exec_failed(void)
 
 static char *before_exec(void)
 {
-	struct sock_list l = { 0 };
+	struct wsd_sock_list l = { 0 };
 
 	wsd_real_init();
 	if (!wsd_fd_any())
@@ -922,13 +891,13 @@ static char *before_exec(void)
 		struct wsd_sock *s = l.socks[i];
 
 		/* one plain again already (an earlier fork, say) stays as it is */
-		if (upgraded(s) && wsd_sock_downgrade(s, BACK_MS)) {
+		if (wsd_sock_upgraded(s) && wsd_sock_downgrade(s, BACK_MS)) {
 			real.shutdown(s->fd, SHUT_RDWR);   /* reads as closed, not as bells */
 			s->detached = true;
 		}
 		wsd_session_abandon(s->sess);
 	}
-	list_free(&l);
+	wsd_sock_list_free(&l);
 	return wsd_prefix_env();
 }
 
@@ -1180,7 +1149,7 @@ static bool spawn_dup2s(const posix_spawn_file_actions_t *fa, int fd, int *newfd
 }
 
 struct spawn_ctx {
-	struct sock_list l;
+	struct wsd_sock_list l;
 	const posix_spawn_file_actions_t *fa;
 };
 
@@ -1256,7 +1225,7 @@ static char *before_spawn(const posix_spawn_file_actions_t *fa)
 		return NULL;
 	wsd_fd_each(note_spawn, &c);
 	to_stream(&c.l);
-	list_free(&c.l);
+	wsd_sock_list_free(&c.l);
 	return spawn_env(fa);
 }
 

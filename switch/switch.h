@@ -94,6 +94,8 @@ struct real_calls {
 };
 
 extern struct real_calls real;
+/* The next definition of name after ours (dlsym RTLD_NEXT); aborts when there is none. */
+void *wsd_real_next(const char *name);
 /* Fill `real` (once; safe from any interposed call, before constructors). */
 void wsd_real_init(void);
 
@@ -270,6 +272,18 @@ void wsd_fd_each(void (*fn)(int fd, struct wsd_sock *s, void *arg), void *arg);
 bool wsd_fd_any(void);
 /* fork, in the child: the table's lock may have been held by a lost thread. */
 void wsd_fd_atfork_child(void);
+
+/*
+ * Sockets noted under the fd table's lock (wsd_fd_each's callback), each
+ * held, for work that takes other locks afterwards; a sock with several
+ * fds may be noted more than once.  A failed allocation drops the note.
+ */
+struct wsd_sock_list {
+	struct wsd_sock **socks;
+	size_t n, cap;
+};
+void wsd_sock_list_add(struct wsd_sock_list *l, struct wsd_sock *s);
+void wsd_sock_list_free(struct wsd_sock_list *l);
 
 struct wsd_sock *wsd_sock_new(int fd, int family);
 void wsd_sock_hold(struct wsd_sock *s);

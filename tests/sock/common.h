@@ -141,6 +141,11 @@ void expect_reason(int fd, const char *reason);
 void expect_zcopy(int fd);
 
 /*
+ * Wait until FIONREAD says n bytes are queued (5 s at most), then 5 ms
+ * more: what one receive takes next is then fixed, not timing's.
+ */
+void wait_queued(int fd, int n);
+/*
  * Non-blocking sends of pattern(seed) from offset 0 until EAGAIN; returns
  * the bytes that went in.  drain_exactly receives exactly len bytes of that
  * stream (blocking) and dies if any differ.

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -273,6 +274,21 @@ void expect_path_now(int fd, const char *want)
 
 	if (env && *env)
 		check_path(fd, want);
+}
+
+void wait_queued(int fd, int n)
+{
+	double t0 = now_ms();
+	int q = 0;
+
+	while (ioctl(fd, FIONREAD, &q) == 0 && q < n) {
+		if (now_ms() - t0 > 5000)
+			die("only %d of %d bytes arrived", q, n);
+		sleep_ms(1);
+	}
+	sleep_ms(5);
+	MUST(ioctl(fd, FIONREAD, &q));
+	CHECK(q == n, "FIONREAD %d, want %d", q, n);
 }
 
 int fill_until_eagain(int fd, uint32_t seed)

@@ -29,39 +29,6 @@
 
 enum { C_GO = 1 };
 
-static void wait_queued(int fd, int n)
-{
-	double t0 = now_ms();
-	int q = 0;
-
-	while (ioctl(fd, FIONREAD, &q) == 0 && q < n) {
-		if (now_ms() - t0 > 5000)
-			die("only %d of %d bytes arrived", q, n);
-		sleep_ms(1);
-	}
-	sleep_ms(5);
-	MUST(ioctl(fd, FIONREAD, &q));
-	CHECK(q == n, "FIONREAD %d, want %d", q, n);
-}
-
-/* Under the switch: fd's path now is want, or exit 1 (stderr only). */
-static void path_is(int fd, const char *want)
-{
-	const char *(*path_of)(int);
-	const char *got;
-
-	if (!getenv("WSD_EXPECT_PATH"))
-		return;
-	path_of = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
-	got = path_of ? path_of(fd) : NULL;
-	if (!got || strcmp(got, want)) {
-		fprintf(stderr, "flags2[%d]: fd %d takes path %s, want %s\n", (int)getpid(), fd,
-			got ? got : "(none)", want);
-		fflush(tr);
-		_exit(1);
-	}
-}
-
 /* The urgent byte, once it arrived (recv MSG_OOB is EINVAL until then). */
 static void recv_urgent(int fd, char want)
 {
@@ -144,7 +111,7 @@ static void peer_main(struct peer *ctl, void *arg)
 	warmup_tail(fd, false);
 	ctl_send(ctl, 0);
 	ctl_recv(ctl);
-	path_is(fd, "tcp");
+	expect_path_now(fd, "tcp");
 	EXPECT(0, "close", close(fd));
 
 	/* 4: the far end of the copy calls to a full socket */
@@ -218,7 +185,7 @@ static void recv_flags(struct peer *p, int port)
 	mh.msg_iovlen = 1;
 	EXPECT_ERR(EAGAIN, "recvmsg MSG_ERRQUEUE, nothing queued",
 		   recvmsg(fd, &mh, MSG_ERRQUEUE));
-	path_is(fd, "shm");   /* none of them moves a stream byte */
+	expect_path_now(fd, "shm");   /* none of them moves a stream byte */
 
 	ctl_send(p, C_GO);
 	wait_queued(fd, 20);
@@ -233,14 +200,14 @@ static void recv_flags(struct peer *p, int port)
 	CHECK(!memcmp(b, want + 8, 12), "after MSG_TRUNC: the data differ");
 	EXPECT_ERR(EAGAIN, "recv NULL 10 MSG_TRUNC|MSG_DONTWAIT, nothing left",
 		   recv(fd, NULL, 10, MSG_TRUNC | MSG_DONTWAIT));
-	path_is(fd, "shm");
+	expect_path_now(fd, "shm");
 
 	say("-- MSG_ZEROCOPY without SO_ZEROCOPY");
 	ctl_send(p, C_GO);   /* the peer receives meanwhile */
 	EXPECT(3, "send abc", send(fd, "abc", 3, 0));
 	EXPECT(2, "send de MSG_ZEROCOPY", send(fd, "de", 2, MSG_ZEROCOPY));
 	EXPECT(3, "send fgh", send(fd, "fgh", 3, 0));
-	path_is(fd, "tcp");
+	expect_path_now(fd, "tcp");
 	EXPECT(0, "close", close(fd));
 }
 
@@ -256,7 +223,7 @@ static void send_oob(struct peer *p, int port)
 	/* the last byte is the urgent one */
 	EXPECT(4, "send abcU MSG_OOB", send(fd, "abcU", 4, MSG_OOB));
 	EXPECT(3, "send def", send(fd, "def", 3, 0));
-	path_is(fd, "tcp");
+	expect_path_now(fd, "tcp");
 	recv_all(fd, b, 3);
 	CHECK(!memcmp(b, "xyz", 3), "after the urgent byte: the data differ");
 	EXPECT(0, "close", close(fd));
@@ -269,7 +236,7 @@ static void send_oob(struct peer *p, int port)
 	sleep_ms(100);
 	warmup_tail(fd, true);
 	ctl_recv(p);
-	path_is(fd, "tcp");
+	expect_path_now(fd, "tcp");
 	ctl_send(p, C_GO);
 	EXPECT(0, "close", close(fd));
 }

@@ -37,22 +37,6 @@ extern int __vdprintf_chk(int fd, int flag, const char *fmt, va_list ap);
 
 #define FILE_LEN 100003
 
-/* Wait until FIONREAD says n bytes are queued: what a call then takes is fixed. */
-static void wait_queued(int fd, int n)
-{
-	double t0 = now_ms();
-	int q = 0;
-
-	while (ioctl(fd, FIONREAD, &q) == 0 && q < n) {
-		if (now_ms() - t0 > 5000)
-			die("only %d of %d bytes arrived", q, n);
-		sleep_ms(1);
-	}
-	sleep_ms(5);
-	MUST(ioctl(fd, FIONREAD, &q));
-	CHECK(q == n, "FIONREAD %d, want %d", q, n);
-}
-
 /* n bytes of the stream seed from off, in one buffer */
 static void check(const char *buf, size_t n, uint32_t seed, uint64_t off, const char *what)
 {

@@ -24,39 +24,6 @@
 
 #define FILE_LEN 1000
 
-static void wait_queued(int fd, int n)
-{
-	double t0 = now_ms();
-	int q = 0;
-
-	while (ioctl(fd, FIONREAD, &q) == 0 && q < n) {
-		if (now_ms() - t0 > 5000)
-			die("only %d of %d bytes arrived", q, n);
-		sleep_ms(1);
-	}
-	sleep_ms(5);
-	MUST(ioctl(fd, FIONREAD, &q));
-	CHECK(q == n, "FIONREAD %d, want %d", q, n);
-}
-
-/* Under the switch: fd's path now is want, or exit 1 (stderr only). */
-static void path_is(int fd, const char *want)
-{
-	const char *(*path_of)(int);
-	const char *got;
-
-	if (!getenv("WSD_EXPECT_PATH"))
-		return;
-	path_of = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
-	got = path_of ? path_of(fd) : NULL;
-	if (!got || strcmp(got, want)) {
-		fprintf(stderr, "rawcalls[%d]: fd %d takes path %s, want %s\n", (int)getpid(), fd,
-			got ? got : "(none)", want);
-		fflush(tr);
-		_exit(1);
-	}
-}
-
 /* 37 bytes of pattern 90, each call a different system call */
 static void raw_sends(int fd)
 {
@@ -270,7 +237,7 @@ int main(int argc, char **argv)
 		say("io_uring_setup: done");
 		if (r >= 0) {
 			close((int)r);
-			path_is(fd, "tcp");
+			expect_path_now(fd, "tcp");
 		}
 	}
 	EXPECT(5, "send after io_uring_setup", send(fd, "after", 5, 0));

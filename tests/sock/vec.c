@@ -53,22 +53,6 @@ static int carve(struct iovec *iov, const size_t *sizes, int n, char *buf)
 	return n;
 }
 
-/* Wait until FIONREAD says n bytes are queued: then one read takes them all. */
-static void wait_queued(int fd, int n)
-{
-	double t0 = now_ms();
-	int q = 0;
-
-	while (ioctl(fd, FIONREAD, &q) == 0 && q < n) {
-		if (now_ms() - t0 > 5000)
-			die("only %d of %d bytes arrived", q, n);
-		sleep_ms(1);
-	}
-	sleep_ms(5);
-	MUST(ioctl(fd, FIONREAD, &q));
-	CHECK(q == n, "FIONREAD %d, want %d", q, n);
-}
-
 static void do_writev(int fd, uint32_t seed)
 {
 	struct iovec iov[8];
