@@ -184,9 +184,15 @@ static int send_msg(SOCKET ws, struct wsd_hello *h)
 	return procs.lpWSPSend(ws, &b, 1, &n, 0, NULL, NULL, NULL, &err) ? -1 : 0;
 }
 
-/* Receive one message within ms; 0 or -1. */
-static int recv_msg(SOCKET ws, struct wsd_hello *h, int ms)
+/*
+ * Receive one message within ms; 0 or -1.  A receive still pending when
+ * the time is up would later write into h and into this frame's
+ * overlapped: the socket is closed then, which ends the request before we
+ * return, and *ws becomes INVALID_SOCKET (the caller closes nothing).
+ */
+static int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms)
 {
+	SOCKET ws = *wsp;
 	WSABUF b = { sizeof(*h), (char *)h };
 	WSAOVERLAPPED ov = { .hEvent = (void *)1 };
 	uint32_t n = 0, fl = 0;
@@ -199,8 +205,11 @@ static int recv_msg(SOCKET ws, struct wsd_hello *h, int ms)
 	if (err != WSA_IO_PENDING)
 		return -1;
 	while (!procs.lpWSPGetOverlappedResult(ws, &ov, &n, 0, &fl, &err)) {
-		if (err != WSA_IO_INCOMPLETE || wsd_now_ms() > end)
-			return -1;   /* closing the socket aborts the request */
+		if (err != WSA_IO_INCOMPLETE || wsd_now_ms() > end) {
+			procs.lpWSPCloseSocket(ws, &err);   /* aborts the request */
+			*wsp = INVALID_SOCKET;
+			return -1;
+		}
 		usleep(200);
 	}
 	return n == sizeof(*h) && h->magic == WSD_PROTO_MAGIC ? 0 : -1;
@@ -412,8 +421,11 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 	const char *why;
 	int e;
 
-	if (recv_msg(ws, &h, ANSWER_MS) || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
-		drop(ws);
+	if (recv_msg(&ws, &h, ANSWER_MS) || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
+		if (ws != INVALID_SOCKET)
+			drop(ws);
+		else
+			wsd_stat_refused(R_PROTOCOL);
 		return;
 	}
 	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
@@ -746,7 +758,7 @@ static void client_upgrade(struct wsd_sock *s)
 	wsd_session_hello(ss, &h, MSG_HELLO);
 	if (wsd_fault("hello-delay", &ms))
 		usleep((useconds_t)ms * 1000);
-	if (send_msg(ws, &h) || recv_msg(ws, &a, ANSWER_MS)) {
+	if (send_msg(ws, &h) || recv_msg(&ss->ws, &a, ANSWER_MS)) {
 		wsd_session_free(ss);
 		return fail(s, R_NO_MATCH);
 	}

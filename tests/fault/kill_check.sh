@@ -37,7 +37,7 @@ wait_exit() {
 
 echo "kill_check: $rounds rounds of $bytes bytes from seed $seed0"
 t0=$(now_ms)
-late=0 early=0
+late=0 early=0 noring=0
 for r in $(seq 0 $((rounds - 1))); do
 	seed=$((seed0 + r))
 	h=$(( (seed * 2654435761) % 4294967296 ))
@@ -67,8 +67,18 @@ for r in $(seq 0 $((rounds - 1))); do
 	else
 		wait_file "$tmp/recv.out" "upgraded\|received" ||
 			fail "round $seed: no ring and no end within 10 s"
-		grep -q upgraded "$tmp/recv.out" ||
-			fail "round $seed: the stream never moved to the ring"
+		if ! grep -q upgraded "$tmp/recv.out"; then
+			# a loaded machine (the sanitizer build) can miss the set-up's
+			# deadlines: the stream then simply stays on TCP; that round
+			# tests nothing, too many such rounds test too little
+			noring=$((noring + 1))
+			[ $noring -le $((rounds / 10)) ] ||
+				fail "round $seed: $noring rounds never moved to the ring"
+			echo "round $seed: the stream never moved to the ring: $(cat "$tmp/recv.out")"
+			kill -9 $spid $rpid 2>/dev/null
+			wait $spid $rpid 2>/dev/null
+			continue
+		fi
 	fi
 	sleep "$(printf '0.%03d' "$delay")"
 	if [ $victim = sender ]; then
@@ -93,5 +103,5 @@ for r in $(seq 0 $((rounds - 1))); do
 		echo connection || echo ring); $(grep -v "upgraded\|accepted" "$out")$(
 		[ $phase = early ] && ! grep -q upgraded "$tmp/recv.out" && echo " (before the ring)")"
 done
-echo "PASS: $rounds rounds ($early early, $late ended before the kill) in $(( ($(now_ms) - t0) / 1000 )) s"
+echo "PASS: $rounds rounds ($early early, $late ended before the kill, $noring never on the ring) in $(( ($(now_ms) - t0) / 1000 )) s"
 exit 0

@@ -239,6 +239,25 @@ void warmup(int fd, bool first)
 	expect_path(fd);
 }
 
+/* `wsd stat --json` for this process into out; false when not under wsd run. */
+static bool stat_json(char *out, size_t size)
+{
+	const char *wsd = getenv("WSD_BIN");
+	char cmd[512];
+	size_t n;
+	FILE *f;
+
+	if (!getenv("WSD_EXPECT_PATH") || !wsd)
+		return false;
+	snprintf(cmd, sizeof(cmd), "%s stat --json %d", wsd, (int)getpid());
+	if (!(f = popen(cmd, "r")))
+		die("popen %s", cmd);
+	n = fread(out, 1, size - 1, f);
+	pclose(f);
+	out[n] = 0;
+	return true;
+}
+
 /* fd takes path want now, or exit 1 (stderr only). */
 static void check_path(int fd, const char *want)
 {
@@ -253,8 +272,17 @@ static void check_path(int fd, const char *want)
 	}
 	got = path_of(fd);
 	if (!got || strcmp(got, want)) {
+		char out[65536], key[32], *p, *end;
+
 		fprintf(stderr, "%s[%d]: fd %d takes path %s, the test wants %s\n",
 			t_argv0 ? t_argv0 : "test", (int)getpid(), fd, got ? got : "(none)", want);
+		/* why, as wsd stat says it: the reason a failure in CI is read by */
+		snprintf(key, sizeof(key), "\"fd\":%d,", fd);
+		if (stat_json(out, sizeof(out)) && (p = strstr(out, key))) {
+			if ((end = strchr(p, '}')))
+				end[1] = 0;
+			fprintf(stderr, "  wsd stat: {%s\n", p);
+		}
 		fflush(tr);
 		_exit(1);
 	}
@@ -363,25 +391,6 @@ void drain_exactly(int fd, int len, uint32_t seed)
 }
 
 /* Under wsd run: bytes went by zero copy on fd (wsd stat --json). */
-/* `wsd stat --json` for this process into out; false when not under wsd run. */
-static bool stat_json(char *out, size_t size)
-{
-	const char *wsd = getenv("WSD_BIN");
-	char cmd[512];
-	size_t n;
-	FILE *f;
-
-	if (!getenv("WSD_EXPECT_PATH") || !wsd)
-		return false;
-	snprintf(cmd, sizeof(cmd), "%s stat --json %d", wsd, (int)getpid());
-	if (!(f = popen(cmd, "r")))
-		die("popen %s", cmd);
-	n = fread(out, 1, size - 1, f);
-	pclose(f);
-	out[n] = 0;
-	return true;
-}
-
 void expect_reason(int fd, const char *reason)
 {
 	char out[65536], key[32], want[64], *p, *end;
