@@ -102,8 +102,8 @@ static void peer(struct peer *self, void *arg)
 {
 	char *buf = malloc(FROM_PEER);
 	pthread_t reader;
+	int a, b, pl, pport;
 	void *ok;
-	int a, b;
 	char c;
 
 	(void)arg;
@@ -111,17 +111,17 @@ static void peer(struct peer *self, void *arg)
 	warmup(a, true);
 	if (pthread_create(&reader, NULL, peer_reader, &a))
 		die("pthread_create");
-	ctl_send(self, 1);
+	pl = t_listen(AF_INET, &pport);
+	ctl_send(self, pport);
 	ctl_recv(self);                       /* the server made its ring, sent its part */
 	pattern(buf, FROM_PEER, 10, 0);
 	send_all(a, buf, FROM_PEER);
 
 	/* a connection made after the ring: plain TCP from its start */
-	ctl_recv(self);
-	b = t_connect(AF_INET, port);
-	warmup_bulk(b, true);
+	b = t_accept(pl);
+	warmup_bulk(b, false);
 	sleep_ms(20);
-	warmup_tail(b, true);
+	warmup_tail(b, false);
 	ctl_send(self, 1);
 	ctl_recv(self);
 	/* (its reason is the server's answer, io-uring, unless the set-up failed first) */
@@ -136,6 +136,7 @@ static void peer(struct peer *self, void *arg)
 	EXPECT(0, "recv: the server closed the second", recv(b, &c, 1, 0));
 	EXPECT(0, "close", close(a));
 	EXPECT(0, "close", close(b));
+	EXPECT(0, "close the listener", close(pl));
 	free(buf);
 }
 
@@ -166,14 +167,14 @@ static void server(struct peer *self, void *arg)
 	char *buf = malloc(TO_PEER);
 	struct io_uring ring;
 	struct peer c;
-	int lfd, a, b, rfd = -1;
+	int lfd, a, b, pport, rfd = -1;
 
 	(void)self;
 	lfd = t_listen(AF_INET, &port);
 	peer_start(&c, "peer", peer, NULL);
 	a = t_accept(lfd);
 	warmup(a, false);
-	ctl_recv(&c);                         /* the peer waits in recv on it */
+	pport = ctl_recv(&c);                 /* the peer waits in recv on it */
 	sleep_ms(50);
 
 	pattern(buf, TO_PEER, 9, 0);
@@ -199,12 +200,15 @@ static void server(struct peer *self, void *arg)
 		/* the switch looks at most every 100 ms: the next upgrade's look is after the ring */
 		sleep_ms(150);
 	}
-	ctl_send(&c, 1);
 
-	b = t_accept(lfd);
-	warmup_bulk(b, false);
+	/*
+	 * The second connection is ours to upgrade: the switch looks for rings
+	 * in this process before it asks (without the peer's answer in it).
+	 */
+	b = t_connect(AF_INET, pport);
+	warmup_bulk(b, true);
 	sleep_ms(20);
-	warmup_tail(b, false);
+	warmup_tail(b, true);
 	ctl_recv(&c);
 	/* the second never upgraded; the look before its upgrade took the first back */
 	expect_path_now(b, "tcp");
