@@ -11,21 +11,43 @@
 
 __thread bool wsd_uring_own_call;
 
-/* Our ring fds: a few per process (the engine's, one per completion port). */
+/*
+ * Our ring fds: a few per process (the engine's, one per completion port).
+ * A ring is made and recorded under own_lock, which fork takes first: a
+ * child never inherits a ring of ours that is not in its copy of the list
+ * (it would take it for the program's own).
+ */
 static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
 static int *own_fds;
 static size_t own_n, own_cap;
+
+static void own_lock_take(void)
+{
+	pthread_mutex_lock(&own_lock);
+}
+
+static void own_lock_give(void)
+{
+	pthread_mutex_unlock(&own_lock);
+}
+
+__attribute__((constructor)) static void own_atfork(void)
+{
+	pthread_atfork(own_lock_take, own_lock_give, own_lock_give);
+}
 
 int wsd_uring_init(unsigned entries, struct io_uring *ring)
 {
 	int ret;
 
+	pthread_mutex_lock(&own_lock);
 	wsd_uring_own_call = true;
 	ret = io_uring_queue_init(entries, ring, 0);
 	wsd_uring_own_call = false;
-	if (ret < 0)
+	if (ret < 0) {
+		pthread_mutex_unlock(&own_lock);
 		return ret;
-	pthread_mutex_lock(&own_lock);
+	}
 	if (own_n == own_cap) {
 		size_t cap = own_cap ? 2 * own_cap : 8;
 		int *p = realloc(own_fds, cap * sizeof(*p));
