@@ -128,6 +128,7 @@ struct dir {
 	struct sum sum;
 	double t_end;
 	const char *error;
+	int err;                 /* errno of a failed call, 0 for none */
 	pthread_t th;
 };
 
@@ -148,6 +149,7 @@ static void *tx_main(void *arg)
 				continue;
 			if (n <= 0) {
 				d->error = "send failed";
+				d->err = n < 0 ? errno : 0;
 				return NULL;
 			}
 			sent += n;
@@ -174,6 +176,7 @@ static void *rx_main(void *arg)
 			continue;
 		if (n <= 0) {
 			d->error = n ? "recv failed" : "EOF before the end";
+			d->err = n < 0 ? errno : 0;
 			break;
 		}
 		if (memcmp(buf, d->stream + off, n)) {
@@ -273,10 +276,20 @@ static void run(struct peer *ctl, int fd, int me)
 	pthread_join(rx.th, NULL);
 	atomic_store(&w.stop, true);
 	pthread_join(w.th, NULL);
+	if ((tx.error || rx.error) && getenv("WSD_BIN")) {
+		/* the switch's view of the failed connection (its reason), for the log */
+		char cmd[512];
+
+		snprintf(cmd, sizeof(cmd), "%s stat %d >&2", getenv("WSD_BIN"), (int)getpid());
+		if (system(cmd) != 0)
+			fprintf(stderr, "(%s failed)\n", cmd);
+	}
 	if (tx.error)
-		die("%s: %s after %" PRIu64 " bytes", name[me], tx.error, tx.done);
+		die("%s: %s (%s) after %" PRIu64 " bytes", name[me], tx.error,
+		    tx.err ? ename(tx.err) : "-", tx.done);
 	if (rx.error)
-		die("%s: %s after %" PRIu64 " bytes", name[1 - me], rx.error, rx.done);
+		die("%s: %s (%s) after %" PRIu64 " bytes", name[1 - me], rx.error,
+		    rx.err ? ename(rx.err) : "-", rx.done);
 
 	ctl_send64(ctl, sum_final(&tx.sum));
 	peer_tx_sum = ctl_recv64(ctl);
