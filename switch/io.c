@@ -451,10 +451,9 @@ EXPORT ssize_t preadv(int fd, const struct iovec *iov, int n, off_t off)
 	return pos_read(fd, iov, n, off, 0, false);
 }
 
+/* The 64-bit names are the same calls on LP64 (off_t is 64 bits). */
 EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int n, off64_t off)
-{
-	return pos_read(fd, iov, n, off, 0, false);
-}
+	__attribute__((alias("preadv")));
 
 EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int n, off_t off, int rwf)
 {
@@ -462,9 +461,7 @@ EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int n, off_t off, int rw
 }
 
 EXPORT ssize_t preadv64v2(int fd, const struct iovec *iov, int n, off64_t off, int rwf)
-{
-	return pos_read(fd, iov, n, off, rwf, true);
-}
+	__attribute__((alias("preadv2")));
 
 EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int n, off_t off)
 {
@@ -472,9 +469,7 @@ EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int n, off_t off)
 }
 
 EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int n, off64_t off)
-{
-	return pos_write(fd, iov, n, off, 0, false);
-}
+	__attribute__((alias("pwritev")));
 
 EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int n, off_t off, int rwf)
 {
@@ -482,9 +477,7 @@ EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int n, off_t off, int r
 }
 
 EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int n, off64_t off, int rwf)
-{
-	return pos_write(fd, iov, n, off, rwf, true);
-}
+	__attribute__((alias("pwritev2")));
 
 /* _FORTIFY_SOURCE's checked entry points. */
 EXPORT ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen)

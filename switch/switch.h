@@ -14,7 +14,8 @@
  * doorbell.  wsd-protocol(7) is the reference for what goes on the wire.
  *
  * Files: real.c (the C library's own calls), fdtab.c (fd -> sock), sock.c
- * (socket lifecycle calls), io.c (data calls), copy.c (sendfile, splice),
+ * (socket lifecycle calls), stdio.c (sockets under stdio streams), proc.c
+ * (fork, exec, spawn), io.c (data calls), copy.c (sendfile, splice),
  * raw.c (syscall()), poll.c (readiness calls), session.c (the ring
  * protocol), upgrade.c (registry and handshake), guard.c (keeping sockets
  * on TCP), stat.c (counters published for `wsd stat`).
@@ -435,6 +436,21 @@ void wsd_upgrade_atfork_child(void);
 /* The path an fd's connection takes: "tcp", "shm", "verbs", or NULL for no
  * socket of ours.  Exported for tests and tools (libwsd(7)). */
 EXPORT const char *wsd_switch_path(int fd);
+
+/* ---- the lifecycle calls (sock.c), stdio (stdio.c) ------------------------------ */
+
+/* fd no longer names its socket (closed, or replaced): as close() forgets it. */
+void wsd_sock_forget(int fd);
+/*
+ * fd became 0, 1 or 2, which stdio reads and writes behind the switch: its
+ * socket goes back to TCP (stdin gets what was kept for it).  0, or -errno
+ * when the peer's switch did not answer.
+ */
+int wsd_keep_stdio(int fd);
+/* Before exec: stdin's unread pushed-back bytes become fd 0's prefix again. */
+void wsd_stdin_to_prefix(void);
+/* The exec failed: what wsd_stdin_to_prefix moved goes back into stdin. */
+void wsd_stdin_exec_failed(void);
 
 /* ---- guards: paths the switch cannot see, the program's limits (guard.c) ---- */
 

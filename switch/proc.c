@@ -1,0 +1,596 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Other images and other processes: fork, the exec family, and the
+ * children started without fork (vfork, posix_spawn, system, popen).  An
+ * upgraded connection lives in one process's memory, so each moves the
+ * sockets the other image will hold back to the kernel stream first.
+ */
+#define _GNU_SOURCE
+#include <alloca.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "provider/internal.h"
+#include "switch/switch.h"
+
+/* ---- fork and exec ------------------------------------------------------------------ */
+
+/*
+ * A connection moved off the kernel stream lives in one process's memory:
+ * neither a fork child nor a new image could read what the peer puts in
+ * its ring.  So before fork and exec each upgraded socket the other image
+ * will hold goes back to the stream, byte-exact (wsd_sock_downgrade, BACK
+ * in wsd-protocol(7)); what had arrived unread is kept in a prefix that a
+ * fork shares and an exec passes on.  Close-on-exec sockets are left
+ * alone at fork: fork+exec helpers are the common case, and only a child
+ * that uses one before exec finds it detached.  A peer whose switch does
+ * not answer within BACK_MS leaves its connection as it was (the child's
+ * copy detached; for exec, shut).
+ */
+#define BACK_MS WSD_BACK_MS
+
+static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)
+{
+	int st;
+
+	if (s->listening)
+		return;
+	/* held by two processes from now: the peer's data must stay where both read */
+	if (!s->no_upgrade) {
+		s->no_upgrade = true;
+		s->why_not = R_FORKED;
+	}
+	st = atomic_load(&s->upgrade_state);
+	if (wsd_sock_upgraded(s) || st == UP_QUEUED || st == UP_RUNNING || s->rx_skip)
+		wsd_sock_list_add(l, s);
+}
+
+static void note_fork(int fd, struct wsd_sock *s, void *arg)
+{
+	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
+		note_child(s, arg);
+}
+
+/* The noted sockets go back to the stream (before a child may use them). */
+static void to_stream(struct wsd_sock_list *l)
+{
+	int64_t end = wsd_now_ms() + BACK_MS;
+
+	for (size_t i = 0; i < l->n; i++) {
+		struct wsd_sock *s = l->socks[i];
+		int st;
+
+		/* an upgrade under way finishes (or fails, seeing no_upgrade) first */
+		while (((st = atomic_load(&s->upgrade_state)) == UP_QUEUED || st == UP_RUNNING) &&
+		       wsd_now_ms() < end)
+			real.poll(NULL, 0, 1);
+		if (wsd_sock_upgraded(s))
+			wsd_sock_downgrade(s, BACK_MS);
+		else if (s->rx_skip)
+			wsd_sock_share_skip(s);
+	}
+}
+
+static void before_fork(void)
+{
+	struct wsd_sock_list l = { 0 };
+
+	/* our threads between two pieces of work: none inside the allocator */
+	wsd_threads_idle(200);
+	if (!wsd_fd_any())
+		return;
+	wsd_fd_each(note_fork, &l);
+	to_stream(&l);
+	wsd_sock_list_free(&l);
+}
+
+static void in_child(void)
+{
+	wsd_fd_atfork_child();
+	wsd_poll_atfork_child();
+	wsd_stat_atfork_child();
+	wsd_upgrade_atfork_child();
+}
+
+__attribute__((constructor)) static void switch_init(void)
+{
+	wsd_real_init();
+	pthread_atfork(before_fork, NULL, in_child);
+	wsd_prefix_inherit();
+}
+
+static void note_exec(int fd, struct wsd_sock *s, void *arg)
+{
+	(void)fd;
+	if (s->sess && !s->detached)
+		wsd_sock_list_add(arg, s);
+}
+
+/*
+ * Before exec.  Every session's provider connection closes with the old
+ * image (the peer must not write into an address space being replaced).
+ * Each upgraded socket goes back to the stream first, close-on-exec ones
+ * too: the exec may fail and leave them in use, and if it succeeds the
+ * kernel closes a plain stream whose doorbells were all read, which the
+ * peer sees as the end of the stream (bells left unread would make the
+ * close a reset).  If the peer does not answer, the socket is shut both
+ * ways (it reads as closed).  Returns the WSD_INHERIT entry naming the
+ * prefixes to pass on, or NULL.
+ */
+static char *before_exec(void)
+{
+	struct wsd_sock_list l = { 0 };
+
+	wsd_real_init();
+	if (!wsd_fd_any())
+		return NULL;
+	wsd_stdin_to_prefix();
+	wsd_fd_each(note_exec, &l);
+	for (size_t i = 0; i < l.n; i++) {
+		struct wsd_sock *s = l.socks[i];
+
+		/* one plain again already (an earlier fork, say) stays as it is */
+		if (wsd_sock_upgraded(s) && wsd_sock_downgrade(s, BACK_MS)) {
+			real.shutdown(s->fd, SHUT_RDWR);   /* reads as closed, not as bells */
+			s->detached = true;
+		}
+		wsd_session_abandon(s->sess);
+	}
+	wsd_sock_list_free(&l);
+	return wsd_prefix_env();
+}
+
+/* envp with var (NAME=value) in place of any earlier NAME, or envp itself. */
+static char *const *with_var(char *const envp[], char *var)
+{
+	size_t n = 0, k = 0, name = strchr(var, '=') - var + 1;
+	char **e;
+
+	while (envp && envp[n])
+		n++;
+	e = malloc((n + 2) * sizeof(*e));
+	if (!e)
+		return envp;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(envp[i], var, name))
+			e[k++] = envp[i];
+	e[k++] = var;
+	e[k] = NULL;
+	return e;
+}
+
+extern char **environ;
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+
+static execve_fn next_execve(void)
+{
+	static execve_fn next;
+
+	if (!next)
+		next = (execve_fn)dlsym(RTLD_NEXT, "execve");
+	return next;
+}
+
+static execve_fn next_execvpe(void)
+{
+	static execve_fn next;
+
+	if (!next)
+		next = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
+	return next;
+}
+
+/*
+ * The exec itself, with var (from before_exec, or NULL) in the
+ * environment; if it fails, what was allocated for it goes.  The calls
+ * without an environment go straight to the C library's execve/execvpe,
+ * not through ours: before_exec is done once.
+ */
+static int exec_with(execve_fn fn, const char *path, char *const argv[], char *const envp[],
+		     char *var)
+{
+	char *const *e = var ? with_var(envp, var) : envp;
+	int r = fn(path, argv, e), err = errno;
+
+	if (e != envp)
+		free((void *)e);
+	free(var);
+	wsd_stdin_exec_failed();
+	errno = err;
+	return r;
+}
+
+EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	return exec_with(next_execve(), path, argv, envp, before_exec());
+}
+
+EXPORT int execv(const char *path, char *const argv[])
+{
+	static int (*next)(const char *, char *const[]);
+	char *var;
+
+	if (!next)
+		next = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execv");
+	var = before_exec();
+	if (var)
+		return exec_with(next_execve(), path, argv, environ, var);
+	return next(path, argv);
+}
+
+EXPORT int execvp(const char *file, char *const argv[])
+{
+	static int (*next)(const char *, char *const[]);
+	char *var;
+
+	if (!next)
+		next = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execvp");
+	var = before_exec();
+	if (var)
+		return exec_with(next_execvpe(), file, argv, environ, var);
+	return next(file, argv);
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	return exec_with(next_execvpe(), file, argv, envp, before_exec());
+}
+
+EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	static int (*next)(int, char *const[], char *const[]);
+	char *var;
+	char *const *e;
+	int r, err;
+
+	if (!next)
+		next = (int (*)(int, char *const[], char *const[]))dlsym(RTLD_NEXT, "fexecve");
+	var = before_exec();
+	e = var ? with_var(envp, var) : envp;
+	r = next(fd, argv, e);
+	err = errno;
+	if (e != envp)
+		free((void *)e);
+	free(var);
+	wsd_stdin_exec_failed();
+	errno = err;
+	return r;
+}
+
+/* The execl family: gather the arguments, then as execve/execvp. */
+#define GATHER(first, ap, argv, with_env, envp)						\
+	do {										\
+		size_t n_ = 1;								\
+		va_list c_;								\
+		va_copy(c_, ap);							\
+		while (va_arg(c_, char *))						\
+			n_++;								\
+		va_end(c_);								\
+		argv = alloca((n_ + 1) * sizeof(char *));				\
+		argv[0] = (char *)(first);						\
+		for (size_t i_ = 1; i_ <= n_; i_++)					\
+			argv[i_] = va_arg(ap, char *);					\
+		if (with_env)								\
+			envp = va_arg(ap, char **);					\
+	} while (0)
+
+EXPORT int execl(const char *path, const char *arg, ...)
+{
+	char **argv, **envp = NULL;
+	va_list ap;
+
+	va_start(ap, arg);
+	GATHER(arg, ap, argv, false, envp);
+	va_end(ap);
+	(void)envp;
+	return execv(path, argv);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	char **argv, **envp = NULL;
+	va_list ap;
+
+	va_start(ap, arg);
+	GATHER(arg, ap, argv, false, envp);
+	va_end(ap);
+	(void)envp;
+	return execvp(file, argv);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...)
+{
+	char **argv, **envp = NULL;
+	va_list ap;
+
+	va_start(ap, arg);
+	GATHER(arg, ap, argv, true, envp);
+	va_end(ap);
+	return execve(path, argv, envp);
+}
+
+/* ---- children started without fork: vfork, posix_spawn, system, popen ---------------- */
+
+/*
+ * vfork runs as fork, as POSIX allows and libvma does.  A vfork child
+ * shares its parent's memory until it execs: our execve in it (Python's
+ * subprocess execs through it) would move the parent's connections back to
+ * the stream and drop its sessions, in the parent.  As fork, the child
+ * has its own copy, the parent's sockets it inherits go back to the
+ * stream before it starts (before_fork), and its copies of the others are
+ * detached, which an exec leaves alone.  It costs the copy of the page
+ * tables that vfork saves.
+ */
+EXPORT pid_t vfork(void)
+{
+	return fork();
+}
+
+/*
+ * glibc's posix_spawn file actions, as posix/spawn_int.h lays them out
+ * (stable since 2.x; checked once against a probe below).  Only dup2
+ * matters here: it gives the child a socket that may be close-on-exec.
+ */
+struct spawn_action {
+	int tag;                      /* 1: dup2 */
+	union {
+		struct { int fd, newfd; } dup2;
+		struct { int fd; char *path; int oflag; mode_t mode; } open;
+	} u;
+};
+
+enum { SPAWN_DUP2 = 1, SPAWN_TAGS = 7 };
+
+/* True when the layout above is glibc's (else every socket counts as given). */
+static bool spawn_layout_known(void)
+{
+	static int known = -1;
+	posix_spawn_file_actions_t fa;
+
+	if (known < 0) {
+		const struct spawn_action *a;
+
+		known = 0;
+		if (posix_spawn_file_actions_init(&fa))
+			return false;
+		if (!posix_spawn_file_actions_addclose(&fa, 7) &&
+		    !posix_spawn_file_actions_adddup2(&fa, 5, 9) && fa.__used == 2) {
+			a = (const struct spawn_action *)fa.__actions;
+			known = a[0].tag == 0 && a[1].tag == SPAWN_DUP2 && a[1].u.dup2.fd == 5 &&
+				a[1].u.dup2.newfd == 9;
+		}
+		posix_spawn_file_actions_destroy(&fa);
+	}
+	return known;
+}
+
+/* Whether fa (may be NULL) gives the child fd by a dup2; with newfd, the first. */
+static bool spawn_dup2s(const posix_spawn_file_actions_t *fa, int fd, int *newfd)
+{
+	const struct spawn_action *a;
+
+	if (!fa || !fa->__used)
+		return false;
+	if (!spawn_layout_known())
+		return !newfd;   /* unknown: assume it does, but name no number */
+	a = (const struct spawn_action *)fa->__actions;
+	for (int i = 0; i < fa->__used; i++) {
+		if (a[i].tag < 0 || a[i].tag >= SPAWN_TAGS)
+			return !newfd;
+		if (a[i].tag == SPAWN_DUP2 && a[i].u.dup2.fd == fd) {
+			if (newfd)
+				*newfd = a[i].u.dup2.newfd;
+			return true;
+		}
+	}
+	return false;
+}
+
+struct spawn_ctx {
+	struct wsd_sock_list l;
+	const posix_spawn_file_actions_t *fa;
+};
+
+static void note_spawn(int fd, struct wsd_sock *s, void *arg)
+{
+	struct spawn_ctx *c = arg;
+
+	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC) || spawn_dup2s(c->fa, fd, NULL))
+		note_child(s, &c->l);
+}
+
+/*
+ * The prefixes of sockets a dup2 action gives the child under another
+ * number, added to var (WSD_INHERIT=..., or NULL): its number in the child
+ * is the dup2's.
+ */
+struct dup2_env {
+	const posix_spawn_file_actions_t *fa;
+	FILE *f;
+	bool any;
+};
+
+static void env_dup2(int fd, struct wsd_sock *s, void *arg)
+{
+	struct dup2_env *d = arg;
+	int newfd;
+
+	if (!s->pre || s->pre_fd < 0 || atomic_load(&s->pre->done) ||
+	    !spawn_dup2s(d->fa, fd, &newfd))
+		return;
+	if (fprintf(d->f, "%s%d:%d", d->any ? "," : "", newfd, s->pre_fd) < 0)
+		return;
+	d->any = true;
+	real.fcntl(s->pre_fd, F_SETFD, 0);   /* the child needs the memfd open */
+}
+
+static char *spawn_env(const posix_spawn_file_actions_t *fa)
+{
+	struct dup2_env d = { .fa = fa };
+	char *var = wsd_prefix_env(), *v = NULL;
+	size_t len = 0;
+
+	if (!fa || !fa->__used)
+		return var;
+	d.f = open_memstream(&v, &len);
+	if (!d.f)
+		return var;
+	fputs(var ? var : "WSD_INHERIT=", d.f);
+	d.any = var != NULL;
+	wsd_fd_each(env_dup2, &d);
+	if (fclose(d.f) || !d.any) {
+		free(v);
+		return var;
+	}
+	free(var);
+	return v;
+}
+
+/*
+ * Before a child the C library starts by itself (posix_spawn, system,
+ * popen: a clone sharing our memory, then its internal execve, which no
+ * preload sees): what before_fork and before_exec do for fork and exec.
+ * The sockets the child will hold (not close-on-exec, or given by a dup2
+ * action) go back to the stream, and the prefixes of their unread bytes
+ * are passed in the returned WSD_INHERIT entry (or NULL).
+ */
+static char *before_spawn(const posix_spawn_file_actions_t *fa)
+{
+	struct spawn_ctx c = { .fa = fa };
+
+	wsd_real_init();
+	if (!wsd_fd_any())
+		return NULL;
+	wsd_fd_each(note_spawn, &c);
+	to_stream(&c.l);
+	wsd_sock_list_free(&c.l);
+	return spawn_env(fa);
+}
+
+typedef int (*spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			const posix_spawnattr_t *, char *const[], char *const[]);
+
+static int spawn_with(spawn_fn fn, pid_t *pid, const char *path,
+		      const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
+		      char *const argv[], char *const envp[])
+{
+	char *var = before_spawn(fa);
+	char *const *e = var ? with_var(envp, var) : envp;
+	int r;
+
+	if (!fn)
+		return ENOSYS;
+	r = fn(pid, path, fa, attr, argv, e);
+	if (e != envp)
+		free((void *)e);
+	free(var);
+	return r;
+}
+
+EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+		       const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	static spawn_fn next;
+
+	if (!next)
+		next = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawn");
+	return spawn_with(next, pid, path, fa, attr, argv, envp);
+}
+
+EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	static spawn_fn next;
+
+	if (!next)
+		next = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawnp");
+	return spawn_with(next, pid, file, fa, attr, argv, envp);
+}
+
+/*
+ * system and popen spawn inside the C library with the environment as it
+ * is: a prefix to pass goes there for the length of the call.  The
+ * environment is the process's, so this is the one place the switch
+ * changes it; only when a socket the child inherits has unread bytes kept
+ * for it (after going back to the stream), and the lock keeps two such
+ * calls from undoing each other.
+ */
+static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool env_set(char *var)
+{
+	if (!var)
+		return false;
+	pthread_mutex_lock(&env_lock);
+	if (putenv(var)) {
+		pthread_mutex_unlock(&env_lock);
+		free(var);
+		return false;
+	}
+	return true;
+}
+
+static void env_unset(char *var, bool set)
+{
+	if (!set)
+		return;
+	unsetenv("WSD_INHERIT");
+	pthread_mutex_unlock(&env_lock);
+	free(var);
+}
+
+EXPORT int system(const char *cmd)
+{
+	static int (*next)(const char *);
+	char *var;
+	bool set;
+	int r, e;
+
+	if (!next)
+		next = (int (*)(const char *))dlsym(RTLD_NEXT, "system");
+	if (!next) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (!cmd)
+		return next(cmd);
+	var = before_spawn(NULL);
+	set = env_set(var);
+	r = next(cmd);
+	e = errno;
+	env_unset(var, set);
+	errno = e;
+	return r;
+}
+
+EXPORT FILE *popen(const char *cmd, const char *mode)
+{
+	static FILE *(*next)(const char *, const char *);
+	char *var;
+	bool set;
+	FILE *f;
+	int e;
+
+	if (!next)
+		next = (FILE *(*)(const char *, const char *))dlsym(RTLD_NEXT, "popen");
+	if (!next) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	var = before_spawn(NULL);
+	set = env_set(var);
+	f = next(cmd, mode);
+	e = errno;
+	env_unset(var, set);
+	errno = e;
+	return f;
+}
