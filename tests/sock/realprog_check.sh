@@ -13,26 +13,8 @@
 # is a socket; the ports it names (numbers under keys with "port" in
 # them, or "host:port" strings, at any depth) say which connection it is.
 set -u
-b=${top_builddir:-.}
-wsd=$b/wsd/wsd
-for t in iperf3 sockperf python3 timeout; do
-	command -v $t >/dev/null 2>&1 || {
-		echo "SKIP: $t is not installed (./build.sh installs it)"
-		exit 77
-	}
-done
-[ -x "$wsd" ] || { echo "FAIL: $wsd: no wsd command (build it first)"; exit 1; }
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
-
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-	for p in $pids; do kill "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-status=0
-fail() { echo "FAIL: $*"; status=1; }
+TOOLS="iperf3 sockperf python3 timeout"
+. "${srcdir:-.}/tests/sock/check_common.sh"
 
 free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -244,6 +226,8 @@ if wait_listen "$port"; then
 	if [ $rc -ne 0 ]; then
 		fail "sockperf throughput: exit $rc"
 		cat "$tmp/tp.out"
+		echo "the server's last lines:"
+		tail -n 5 "$tmp/sp-server.out"
 	elif ! grep -q "Summary: BandWidth is [0-9]*[1-9]" "$tmp/tp.out"; then
 		fail "sockperf throughput: no bandwidth reported"
 		cat "$tmp/tp.out"

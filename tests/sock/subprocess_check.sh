@@ -8,23 +8,8 @@
 # back byte for byte.  Skips (77) without python3.  WSD_DEBUG_CLIENT=1
 # shows both ends' switch debug lines.
 set -u
-b=${top_builddir:-.}
-wsd=$b/wsd/wsd
-for t in python3 timeout; do
-	command -v $t >/dev/null 2>&1 || { echo "SKIP: $t is not installed"; exit 77; }
-done
-[ -x "$wsd" ] || { echo "FAIL: $wsd: no wsd command (build it first)"; exit 1; }
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
-
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-	for p in $pids; do kill "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-status=0
-fail() { echo "FAIL: $*"; status=1; }
+TOOLS="python3 timeout"
+. "${srcdir:-.}/tests/sock/check_common.sh"
 
 cat >"$tmp/server.py" <<'EOF'
 import socket, sys

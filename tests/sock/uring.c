@@ -28,8 +28,8 @@
 
 static int port;
 
-/* Everything in buf sent through the ring (short sends go on). */
-static void ring_send_all(struct io_uring *ring, int fd, const char *buf, size_t len)
+/* All len bytes at buf sent, or received, through the ring (short ones go on). */
+static void ring_all(struct io_uring *ring, int fd, char *buf, size_t len, bool send)
 {
 	size_t done = 0;
 
@@ -38,7 +38,10 @@ static void ring_send_all(struct io_uring *ring, int fd, const char *buf, size_t
 		struct io_uring_cqe *cqe;
 		int r;
 
-		io_uring_prep_send(sqe, fd, buf + done, len - done, 0);
+		if (send)
+			io_uring_prep_send(sqe, fd, buf + done, len - done, 0);
+		else
+			io_uring_prep_recv(sqe, fd, buf + done, len - done, 0);
 		MUST(io_uring_submit(ring));
 		MUST(io_uring_wait_cqe(ring, &cqe));
 		r = cqe->res;
@@ -46,7 +49,7 @@ static void ring_send_all(struct io_uring *ring, int fd, const char *buf, size_t
 		if (r == -EINTR || r == -EAGAIN)
 			continue;
 		if (r <= 0)
-			die("io_uring send: %d", r);
+			die("io_uring %s: %d after %zu bytes", send ? "send" : "recv", r, done);
 		done += (size_t)r;
 	}
 }
@@ -55,26 +58,10 @@ static void ring_send_all(struct io_uring *ring, int fd, const char *buf, size_t
 static void ring_recv_exactly(struct io_uring *ring, int fd, size_t len, uint32_t seed)
 {
 	char *got = malloc(len), *want = malloc(len);
-	size_t done = 0;
 
 	if (!got || !want)
 		die("no memory");
-	while (done < len) {
-		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-		struct io_uring_cqe *cqe;
-		int r;
-
-		io_uring_prep_recv(sqe, fd, got + done, len - done, 0);
-		MUST(io_uring_submit(ring));
-		MUST(io_uring_wait_cqe(ring, &cqe));
-		r = cqe->res;
-		io_uring_cqe_seen(ring, cqe);
-		if (r == -EINTR || r == -EAGAIN)
-			continue;
-		if (r <= 0)
-			die("io_uring recv: %d after %zu bytes", r, done);
-		done += (size_t)r;
-	}
+	ring_all(ring, fd, got, len, false);
 	pattern(want, len, seed, 0);
 	CHECK(!memcmp(got, want, len), "io_uring recv: the bytes differ from the peer's");
 	say("io_uring recv %zu bytes: as sent", len);
@@ -183,7 +170,7 @@ static void server(struct peer *self, void *arg)
 		/* back to TCP before the call returned, on both ends */
 		expect_path_now(a, "tcp");
 		expect_reason(a, "io-uring");
-		ring_send_all(&ring, a, buf, TO_PEER);
+		ring_all(&ring, a, buf, TO_PEER, true);
 		say("io_uring send %d bytes", TO_PEER);
 		ctl_send(&c, 1);
 		ring_recv_exactly(&ring, a, FROM_PEER, 10);
