@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 
 #include "provider/shm/listen.c"
+#include "tests/fuzz/fuzz_shm.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -147,20 +148,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		data += 3;
 		size -= 3;
-		if (len > size)
-			len = size;
-		if (len > sizeof(msg))
-			len = sizeof(msg);
-		memcpy(msg, data, len);
-		data += len;
-		size -= len;
-		if ((flags & 0x10) && len >= offsetof(struct shm_ctl, probe_addr) + 8) {
-			uint64_t a;
-
-			memcpy(&a, msg + offsetof(struct shm_ctl, probe_addr), 8);
-			a = (uint64_t)(uintptr_t)page + a % (4096 - SHM_NONCE + 1);
-			memcpy(msg + offsetof(struct shm_ctl, probe_addr), &a, 8);
-		}
+		len = fuzz_take(&data, &size, len, msg, sizeof(msg));
+		if (flags & 0x10)
+			fuzz_probe_in(msg, len, page);
 		if ((flags & 0x20) && p.nonce.at && len >= offsetof(struct shm_ctl, nonce) + SHM_NONCE)
 			memcpy(msg + offsetof(struct shm_ctl, nonce), p.nonce.at, SHM_NONCE);
 		send_msg(sv[1], msg, len, flags & 3, (flags >> 2) & 3);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "provider/shm/shm.h"
+#include "tests/fuzz/fuzz_shm.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -84,20 +85,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		data += 2;
 		size -= 2;
-		if (len > size)
-			len = size;
-		if (len > sizeof(msg))
-			len = sizeof(msg);
-		memcpy(msg, data, len);
-		data += len;
-		size -= len;
-		if ((flags & 1) && len >= offsetof(struct shm_ctl, probe_addr) + 8) {
-			uint64_t a;
-
-			memcpy(&a, msg + offsetof(struct shm_ctl, probe_addr), 8);
-			a = (uint64_t)(uintptr_t)page + a % (4096 - SHM_NONCE + 1);
-			memcpy(msg + offsetof(struct shm_ctl, probe_addr), &a, 8);
-		}
+		len = fuzz_take(&data, &size, len, msg, sizeof(msg));
+		if (flags & 1)
+			fuzz_probe_in(msg, len, page);
 		if (len == sizeof(m)) {
 			memcpy(&m, msg, sizeof(m));
 			if (nmsg == 0)
