@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The ring protocol's objects, shared by session.c and upgrade.c.
+ * The ring protocol's objects, shared by its files (sess_int.h) and upgrade.c.
  * wsd-protocol(7) describes the same layout for interoperation.
  */
 #ifndef WSD_SWITCH_SESSION_H

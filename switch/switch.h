@@ -16,9 +16,14 @@
  * Files: real.c (the C library's own calls), fdtab.c (fd -> sock), sock.c
  * (socket lifecycle calls), stdio.c (sockets under stdio streams), proc.c
  * (fork, exec, spawn), io.c (data calls), copy.c (sendfile, splice),
- * raw.c (syscall()), poll.c (readiness calls), session.c (the ring
- * protocol), upgrade.c (registry and handshake), guard.c (keeping sockets
- * on TCP), stat.c (counters published for `wsd stat`).
+ * raw.c (syscall()), poll.c (readiness calls); the ring protocol
+ * (sess_int.h): cw.c (control words, RDMA puts, failures),
+ * slot.c (the session object), bell.c (doorbells), proof.c (the switch to
+ * the ring, the proof), back.c (back to the stream, fork and exec), tx.c
+ * (send), rx.c (receive), zc.c (zero copy), wait.c (sleeping, spinning),
+ * ready.c (readiness), close.c (shutdown, close); upgrade.c (registry and
+ * handshake), guard.c (keeping sockets on TCP), stat.c (counters published
+ * for `wsd stat`).
  */
 #ifndef WSD_SWITCH_H
 #define WSD_SWITCH_H
@@ -159,7 +164,7 @@ static inline const char *wsd_reason_name(unsigned r)
 	return r < R_NREASONS && names[r] ? names[r] : "?";
 }
 
-/* Rx/tx direction mode: see session.c. */
+/* Rx/tx direction mode: see proof.c and back.c. */
 /*
  * A direction's state.  The receiver's goes TCP, DRAIN (stream bytes up to
  * the peer's SWITCH point), PROOF (the peer's proof on the stream), RING.
@@ -292,7 +297,7 @@ void wsd_sock_put(struct wsd_sock *s);
 /* Another fd of the same socket, after s->fd closed (or -1). */
 void wsd_sock_refd(struct wsd_sock *s, int closed_fd);
 
-/* ---- the session (session.c) ------------------------------------------------- */
+/* ---- the session (the ring protocol's files: sess_int.h) --------------------- */
 
 /* True when the socket carries data outside the kernel stream (either way). */
 bool wsd_sock_accel(struct wsd_sock *s);

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The end of a session's streams: shutdown (a FIN record, or the
+ * kernel's), the kernel stream finished once both FINs went by ring
+ * (finish_kernel), and close: a reset for unread data or SO_LINGER {1, 0},
+ * else a FIN record, SO_LINGER's wait for the peer to take our data, and
+ * the closed word.  Locks: rx_lock, tx_lock and mu each in turn;
+ * finish_kernel takes mu (rx.c calls it under rx_lock).  It does not free
+ * the session (slot.c) nor the socket (sock.c).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+
+#include "switch/sess_int.h"
+
+/* ---- shutdown, close ------------------------------------------------------------- */
+
+/*
+ * Both directions carried their FIN by ring: no doorbell is needed any more,
+ * so end the kernel stream too, and the kernel's socket states (getpeername's
+ * ENOTCONN, POLLHUP) follow as they would have.
+ */
+void finish_kernel(struct wsd_sock *s)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!s->kernel_fin && s->tx_shut && s->tx_mode == DIR_RING &&
+	    (s->peer_fin || fin_pending(s))) {
+		s->kernel_fin = true;
+		real.shutdown(s->fd, SHUT_WR);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+int wsd_sock_shutdown(struct wsd_sock *s, int how)
+{
+	int r = 0;
+
+	if (how == SHUT_RD || how == SHUT_RDWR) {
+		pthread_mutex_lock(&s->rx_lock);
+		s->rx_shut = true;
+		pthread_mutex_unlock(&s->rx_lock);
+		if (!s->rx_ready_sent && real.shutdown(s->fd, SHUT_RD))
+			return -errno;
+	}
+	if (how == SHUT_WR || how == SHUT_RDWR) {
+		pthread_mutex_lock(&s->tx_lock);
+		if (s->tx_shut && s->kernel_fin) {
+			/* both ends finished: the kernel's socket answers (ENOTCONN) */
+			if (real.shutdown(s->fd, how))
+				r = -errno;
+		} else if (!s->tx_shut) {
+			if (s->tx_mode == DIR_RING && bells_tx_check(s)) {
+				/* reset instead: the peer's next call says so */
+			} else if (s->tx_mode == DIR_RING) {
+				if (fits(s->sess, 0, true))
+					r = write_record(s, REC_FIN, NULL, 0, NULL);
+				ring_data(s);
+			} else if (real.shutdown(s->fd, SHUT_WR)) {
+				r = -errno;
+			}
+			s->tx_shut = r == 0;
+		}
+		pthread_mutex_unlock(&s->tx_lock);
+		finish_kernel(s);
+	}
+	return r;
+}
+
+/* SO_LINGER with a time: wait (that long at most) for the peer to take our data. */
+static void linger(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	struct linger l = { 0 };
+	socklen_t len = sizeof(l);
+	int64_t end;
+
+	if (s->tx_mode != DIR_RING || real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len) ||
+	    !l.l_onoff || l.l_linger <= 0)
+		return;
+	end = wsd_now_ms() + (int64_t)l.l_linger * 1000;
+	while (ctl_get(ss, CW_CONSUMED) < ss->tx_pos &&
+	       !ctl_get(ss, CW_CLOSED) && wsd_now_ms() < end) {
+		struct pollfd p = { .fd = s->fd };
+
+		real.poll(&p, 1, TICK_MS);
+		if (p.revents & (POLLERR | POLLHUP))
+			break;
+	}
+}
+
+void wsd_sock_closed(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+
+	struct linger l = { 0 };
+	socklen_t len = sizeof(l);
+
+	if (ss && !s->detached && !faulted(ss)) {
+		/* the peer's proof left unread on the stream would make close a reset */
+		pthread_mutex_lock(&s->rx_lock);
+		rx_settle(s, false);
+		pthread_mutex_unlock(&s->rx_lock);
+	}
+	/* after a violation the kernel's close ends what protocol_fail shut */
+	if (!ss || s->detached || s->tx_back || faulted(ss))
+		return;
+	real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len);
+	if ((l.l_onoff && l.l_linger == 0) || (s->rx_ready_sent && wsd_sock_nread(s) > 0)) {
+		/* SO_LINGER {1, 0} or unread data: the kernel resets, and so must we */
+		l = (struct linger){ 1, 0 };
+		real.setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+		pthread_mutex_lock(&s->tx_lock);
+		s->tx_shut = true;
+		put_word(ss, W_TX, CW_CLOSED, 2);
+		pthread_mutex_unlock(&s->tx_lock);
+		return;
+	}
+	/* doorbells left unread would make the kernel's close a reset */
+	pthread_mutex_lock(&s->mu);
+	drain(s);
+	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_lock(&s->tx_lock);
+	if (!s->tx_shut && bells_tx_check(s)) {
+		pthread_mutex_unlock(&s->tx_lock);
+		return;     /* reset: the kernel's close ends it */
+	}
+	if (s->tx_mode == DIR_RING && !s->tx_shut && fits(ss, 0, true))
+		write_record(s, REC_FIN, NULL, 0, NULL);
+	s->tx_shut = true;
+	if (s->tx_mode == DIR_RING)
+		ring_data(s);
+	linger(s);
+	put_word(ss, W_TX, CW_CLOSED, 1);
+	pthread_mutex_unlock(&s->tx_lock);
+}

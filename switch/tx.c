@@ -1,0 +1,492 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sending side: records written into the peer's ring (write_record:
+ * RDMA writes in order, or stores into its mapped ring), the room left
+ * (fits), and send (wsd_sock_send): into a buffer the receiver offered, by
+ * read-based zero copy to a receiver asleep (both zc.c), by ring, or by
+ * the kernel stream; the wait for room, and the stall of two ends that
+ * both send before they read (back to the stream both ways).  Locks:
+ * tx_lock around all of it, dropped only while asleep.  It does not read
+ * our ring (rx.c).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+
+#include "switch/sess_int.h"
+
+/* ---- records ------------------------------------------------------------------ */
+
+static uint64_t tx_room(struct wsd_session *ss)
+{
+	uint64_t used = ss->tx_pos - ctl_get(ss, CW_CONSUMED);
+
+	return used >= ss->peer_ring ? 0 : ss->peer_ring - used;
+}
+
+static uint32_t max_payload(struct wsd_session *ss)
+{
+	uint32_t m = ss->peer_ring / 4 - REC_HDR - REC_TRAILER;
+
+	return m < 65536 ? m : 65536;
+}
+
+/*
+ * tx_lock held.  Room for a record of len payload bytes at tx_pos, with the
+ * pad to the ring's end if it does not fit before it.  FIN and SWITCH may
+ * use the reserve.
+ */
+bool fits(struct wsd_session *ss, uint32_t len, bool reserve)
+{
+	uint64_t off = ss->tx_pos % ss->peer_ring, need = rec_size(len);
+
+	if (off + need > ss->peer_ring)
+		need += ss->peer_ring - off;
+	return tx_room(ss) >= need + (reserve ? 0 : REC_RESERVE);
+}
+
+/*
+ * A record write failed: it may have landed in part or whole, so this
+ * direction's ring position is lost and the stream cannot go on (writing
+ * the next bytes at the same place could duplicate data).  The connection
+ * ends as a reset would end it.
+ */
+int broken(struct wsd_sock *s, int r)
+{
+	s->tcp_err = true;
+	s->tcp_errno = ECONNRESET;
+	s->tx_shut = true;
+	wsd_debug("switch: fd %d: a record write failed (%d): connection reset", s->fd, r);
+	return r;
+}
+
+/* tx_lock held, fits() checked.  Payload from c (len bytes) or inline. */
+/*
+ * A record into the peer's mapped ring at off, its header staged: the same
+ * pieces in the same order as write_record's RDMA writes, the payload
+ * copied straight from the caller (no staging copy).
+ */
+static void store_record(struct wsd_session *ss, uint64_t off, uint32_t size,
+			 struct cursor *c, uint32_t len, const void *inline_payload)
+{
+	uint8_t *dst = ss->peer_map + CTL_SIZE + off;
+	uint64_t stamp = ((const struct wsd_rec *)ss->stage)->stamp;
+
+	memcpy(dst, ss->stage, 8);                      /* len, type */
+	__builtin_ia32_sfence();
+	atomic_store_explicit((_Atomic uint64_t *)(void *)(dst + 8), stamp, memory_order_release);
+	__builtin_ia32_sfence();
+	if (c)
+		cur_copy_from(c, dst + REC_HDR, len);
+	else if (len)
+		memcpy(dst + REC_HDR, inline_payload, len);
+	memset(dst + REC_HDR + len, 0, size - REC_HDR - len);   /* pad, and the trailer's rest */
+	__builtin_ia32_sfence();
+	atomic_store_explicit((_Atomic uint64_t *)(void *)(dst + size - REC_TRAILER), stamp,
+			      memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);      /* as rdma_writev's */
+}
+
+int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t len,
+		 const void *inline_payload)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t off = ss->tx_pos % ss->peer_ring;
+	uint32_t size = rec_size(len);
+	struct wsd_rec *h = (struct wsd_rec *)ss->stage;
+	int r;
+
+	if (off + size > ss->peer_ring) {
+		uint32_t pad = (uint32_t)(ss->peer_ring - off);
+
+		h->len = pad;
+		h->type = REC_PAD;
+		h->stamp = ss->tx_pos ^ ss->tx_key;
+		r = rdma_writev(ss, (WSABUFEX[]){ { 8, (char *)ss->stage, ss->stage_handle },
+						  { 8, (char *)ss->stage + 8, ss->stage_handle } },
+				2, CTL_SIZE + off);
+		if (r)
+			return broken(s, r);
+		ss->tx_pos += pad;
+		off = 0;
+	}
+	h->len = len;
+	h->type = type;
+	h->stamp = ss->tx_pos ^ ss->tx_key;
+	{
+		long how;
+
+		/* a header the peer's checks must refuse: a length past its ring, or no type */
+		if (type == REC_DATA && wsd_fault("rec-header", &how)) {
+			if (how)
+				h->type = 0x7f;
+			else
+				h->len = 0xfffffff0u;
+		}
+	}
+	if (ss->peer_map) {
+		store_record(ss, off, size, c, len, inline_payload);
+		ss->tx_pos += size;
+		return 0;
+	}
+	if (c)
+		cur_copy_from(c, ss->stage + REC_HDR, len);
+	else if (len)
+		memcpy(ss->stage + REC_HDR, inline_payload, len);
+	memset(ss->stage + REC_HDR + len, 0, size - REC_HDR - len);
+	*(uint64_t *)(ss->stage + size - REC_TRAILER) = ss->tx_pos ^ ss->tx_key;
+	/*
+	 * In pieces, in this order: the reader takes a record whose header
+	 * stamp and trailer match, and must then find every byte before them
+	 * in place.  One copy does not promise that: the kernel copies with
+	 * fast string moves, whose stores other CPUs may see out of order
+	 * (Intel SDM 3A, 9.2.4); separate moves are seen in program order.
+	 */
+	{
+		WSABUFEX b[4] = {
+			{ 8, (char *)ss->stage, ss->stage_handle },                    /* len, type */
+			{ 8, (char *)ss->stage + 8, ss->stage_handle },                /* stamp */
+			{ size - REC_HDR - REC_TRAILER, (char *)ss->stage + REC_HDR, ss->stage_handle },
+			{ REC_TRAILER, (char *)ss->stage + size - REC_TRAILER, ss->stage_handle },
+		};
+
+		r = b[2].len ? rdma_writev(ss, b, 4, CTL_SIZE + off) :
+			       rdma_writev(ss, (WSABUFEX[]){ b[0], b[1], b[3] }, 3, CTL_SIZE + off);
+	}
+	if (r)
+		return broken(s, r);
+	ss->tx_pos += size;
+	return 0;
+}
+
+/* ---- send ------------------------------------------------------------------------ */
+
+static ssize_t epipe(int flags)
+{
+	if (!(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+	return -EPIPE;
+}
+
+/*
+ * Two programs that both send before they read: each end waits for room in
+ * the other's ring, which nobody reads, and they would wait for each other
+ * for ever, where TCP's buffers (a few MiB) would have taken both blocks.
+ * tx_lock held, no room: the peer waits for room in our ring, which holds
+ * data (a hint: a thread here may read it in a moment).
+ */
+#define STALL_MS 50
+
+bool mutual_wait(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+
+	return s->tx_mode == DIR_RING && s->rx_mode == DIR_RING &&
+	       ctl_get(ss, CW_SPACE_ARM) != ss->rung_space &&
+	       walk(ss, ss->rx_pos, 0, &(struct wire_rec){ 0 }, false) > 0;   /* no rx_lock */
+}
+
+/* tx_lock held: the stall is real: the connection goes back both ways. */
+static bool stall_back(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+
+	wsd_debug("switch: fd %d: both ends wait for room: back to the stream", s->fd);
+	if (!ss->back_asked && !put_word(ss, W_TX, CW_BACK_REQ, 1))
+		ss->back_asked = true;
+	return go_back(s) == 0;
+}
+
+__thread int wsd_recheck_ms = -1;
+
+/*
+ * tx_lock held, a sleeper, mutual_wait() true: wait up to STALL_MS for room.
+ * If neither end took anything meanwhile, the connection goes back to the
+ * stream both ways (we ask the peer, and go), and the kernel's buffers take
+ * the rest.  1 when this direction went back, else 0 (look again).
+ */
+static int stall_wait(struct wsd_sock *s, uint32_t len)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t rx0 = __atomic_load_n(&ss->rx_pos, __ATOMIC_RELAXED);
+	uint64_t c0 = ctl_get(ss, CW_CONSUMED);
+	int64_t end = wsd_now_ms() + STALL_MS, left;
+
+	for (;;) {
+		/* a peer gone back to the stream rings no more: tick */
+		struct pollfd p = { .fd = s->fd, .events = ctl_get(ss, CW_BACK_BELLS) ? 0 : POLLIN };
+
+		/* fits() under tx_lock: the peer's consumed is judged against our tx_pos */
+		if (fits(ss, len, false) || (left = end - wsd_now_ms()) <= 0)
+			break;
+		pthread_mutex_unlock(&s->tx_lock);
+		if (real.poll(&p, 1, p.events ? (int)left : TICK_MS) > 0) {
+			pthread_mutex_lock(&s->tx_lock);
+			break;
+		}
+		pthread_mutex_lock(&s->tx_lock);
+	}
+	pthread_mutex_unlock(&s->tx_lock);
+	pthread_mutex_lock(&s->mu);
+	if (s->sleepers == 1)
+		drain(s);
+	s->sleepers--;
+	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_lock(&s->tx_lock);
+	if (wsd_now_ms() < end || fits(ss, len, false) || !mutual_wait(s) ||
+	    __atomic_load_n(&ss->rx_pos, __ATOMIC_RELAXED) != rx0 ||
+	    ctl_get(ss, CW_CONSUMED) != c0)
+		return 0;
+	return stall_back(s);
+}
+
+/*
+ * tx_lock held, mutual_wait() true, for a wait in poll, select or epoll
+ * (which look again after wsd_recheck_ms): the same verdict, by the clock.
+ */
+bool stall_check(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t rx = __atomic_load_n(&ss->rx_pos, __ATOMIC_RELAXED), c = ctl_get(ss, CW_CONSUMED);
+	int64_t now = wsd_now_ms();
+
+	if (!ss->stall_since || rx != ss->stall_rx || c != ss->stall_c) {
+		ss->stall_since = now;
+		ss->stall_rx = rx;
+		ss->stall_c = c;
+	} else if (now - ss->stall_since >= STALL_MS) {
+		ss->stall_since = 0;
+		return stall_back(s);
+	}
+	if (wsd_recheck_ms < 0 || wsd_recheck_ms > TICK_MS)
+		wsd_recheck_ms = TICK_MS;
+	return false;
+}
+
+/*
+ * tx_lock held on entry and exit (dropped while sleeping): wait for room.
+ * 0, 1 when this direction went back to the stream instead, or -errno.
+ */
+int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wait)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t deadline = 0;
+	int r;
+
+	for (;;) {
+		/* the peer forks or execs: the rest goes by the stream */
+		if (serve_back(s) && !zc_wait)
+			return 1;
+		if (zc_wait ? ctl_get(ss, CW_ZC_DONE) >=
+			      ss->zc_sent : fits(ss, len, false))
+			return 0;
+		if (faulted(ss))
+			return -ECONNRESET;
+		if (ctl_get(ss, CW_CLOSED) ||
+		    s->tcp_eof || s->tcp_err)
+			return -EPIPE;
+		if (nonblock)
+			return -EAGAIN;
+		if (spin_for_room(s, len, zc_wait))
+			continue;
+		sleeper_enter(s);
+		/* this write also finds a peer that died without a word */
+		if (put_word(ss, W_TX, CW_SPACE_ARM, ++ss->space_gen)) {
+			sleeper_leave(s);
+			return -EPIPE;
+		}
+		if (zc_wait ? ctl_get(ss, CW_ZC_DONE) >=
+			      ss->zc_sent : fits(ss, len, false)) {
+			sleeper_leave(s);
+			return 0;
+		}
+		if (!zc_wait && mutual_wait(s)) {
+			if (stall_wait(s, len))
+				return 1;
+			continue;
+		}
+		pthread_mutex_unlock(&s->tx_lock);
+		r = wait_fd(s, false, zc_wait ? &(int64_t){ -1 } : &deadline);
+		if (r == -EBADF && zc_wait)
+			real.poll(NULL, 0, TICK_MS);   /* closed: no bell to wait on */
+		pthread_mutex_lock(&s->tx_lock);
+		/* a zero-copy sender can't leave: the peer reads our memory */
+		if (r < 0 && !zc_wait)
+			return r;
+	}
+}
+
+/* The receiver armed from a blocking receive (sleeper bit) and we have not rung it yet. */
+static bool receiver_asleep(struct wsd_session *ss)
+{
+	uint64_t v = ctl_get(ss, CW_DATA_ARM);
+
+	return (v & 1) && v != ss->rung_data;
+}
+
+static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool nonblock)
+{
+	struct wsd_session *ss = s->sess;
+	size_t want = cur_left(c), done = 0;
+	int r = 0;
+
+	region_fd_check(ss);
+	if (s->tx_shut)
+		return epipe(flags);
+	switch (ctl_get(ss, CW_CLOSED)) {
+	case 0:
+		break;
+	case 1:
+		/*
+		 * The peer closed cleanly: the kernel takes this send and the
+		 * peer's answer is a reset, seen afterwards (POLLERR, EPIPE).
+		 */
+		if (!s->sent_after_close) {
+			s->sent_after_close = true;
+			s->tcp_err = true;
+			s->tcp_errno = ECONNRESET;
+			return (ssize_t)want;
+		}
+		/* fall through */
+	default:
+		if (s->tcp_err) {
+			/* the send reports the pending reset: it is spent */
+			s->tcp_err = false;
+			s->tcp_eof = true;
+			s->tx_shut = true;   /* reset: closed both ways, POLLHUP stays */
+		}
+		return epipe(flags);
+	}
+	/* the receiver offered its buffer: write straight into it */
+	if (want >= 16384) {
+		ssize_t k = send_posted(s, c);
+
+		if (k < 0)
+			return k;
+		done = (size_t)k;
+		if (done == want)
+			return (ssize_t)done;
+	}
+	/*
+	 * Read-based zero copy returns only once the receiver has read it all,
+	 * so only when the receiver sleeps waiting for our data (armed, not yet
+	 * rung): one that is busy, or sending to us itself, gets a copy it can
+	 * take later, as from TCP's buffer, and two programs that both send
+	 * before they read do not wait for each other for ever.
+	 */
+	if (!done && !nonblock && want >= zc_threshold(ss, false) && c->n - c->i == 1 &&
+	    want <= (1u << 30) && receiver_asleep(ss)) {
+		ssize_t n = send_zc(s, (const uint8_t *)c->iov[c->i].iov_base + c->off, want);
+
+		if (n > 0)
+			cur_skip(c, (size_t)n);
+		return n == -EPIPE ? epipe(flags) : n;
+	}
+	while (done < want) {
+		uint32_t len = max_payload(ss);
+
+		if (len > want - done)
+			len = (uint32_t)(want - done);
+		/* take what fits when it is at least a quarter of a record */
+		while (!fits(ss, len, false) && len > 4096)
+			len /= 2;
+		/*
+		 * Like the kernel's send buffer, a ring that ran full takes new
+		 * data (and polls writable) only when a quarter of it is free.
+		 */
+		if (!done && ss->tx_full && !fits(ss, ss->peer_ring / 4, false)) {
+			r = nonblock ? -EAGAIN : wait_room(s, ss->peer_ring / 4, false, false);
+			if (r)
+				break;
+		}
+		ss->tx_full = false;
+		/* a blocking send takes everything, as the kernel's does */
+		r = wait_room(s, len, nonblock, false);
+		if (r)
+			break;
+		r = write_record(s, REC_DATA, c, len, NULL);
+		if (r)
+			break;
+		done += len;
+		wsd_stat_add(s->stat, &s->stat->copy_tx, len);
+		ring_data(s);
+	}
+	if (done || r == 1)
+		return (ssize_t)done;
+	if (r == -EAGAIN) {
+		ss->tx_full = true;
+		atomic_fetch_add(&s->tx_eagain, 1);
+	}
+	if (r == -EPIPE)
+		return epipe(flags);
+	return r;
+}
+
+/* tx_lock held: the rest of c by the kernel stream, counted. */
+static ssize_t kernel_send(struct wsd_sock *s, struct cursor *c, int flags)
+{
+	struct iovec v[64];
+	struct msghdr m = { .msg_iov = v };
+	struct cursor k = *c;
+	ssize_t n;
+
+	while (k.i < k.n && m.msg_iovlen < 64) {
+		v[m.msg_iovlen].iov_base = (uint8_t *)k.iov[k.i].iov_base + k.off;
+		v[m.msg_iovlen++].iov_len = k.iov[k.i].iov_len - k.off;
+		k.i++;
+		k.off = 0;
+	}
+	n = real.sendmsg(s->fd, &m, flags);
+	if (n < 0)
+		return -errno;
+	s->tcp_tx += (uint64_t)n;
+	wsd_stat_add(s->stat, &s->stat->tcp_tx, (uint64_t)n);
+	return n;
+}
+
+ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct cursor c = { iov, iovcnt, 0, 0 };
+	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+	ssize_t n;
+
+	wsd_upgrade_maybe(s);
+	cur_skip(&c, 0);
+	if (!nonblock)
+		atomic_fetch_add_explicit(&in_calls, 1, memory_order_relaxed);
+	pthread_mutex_lock(&s->tx_lock);
+	serve_back(s);
+	if (!s->connected_side && s->sess && !atomic_load(&s->proven) && s->tx_mode != DIR_RING &&
+	    !pthread_mutex_trylock(&s->rx_lock)) {
+		/* a listening side may send by ring once the peer's proof is read */
+		rx_settle(s, true);
+		pthread_mutex_unlock(&s->rx_lock);
+	}
+	if (s->detached) {
+		n = -ECONNRESET;
+	} else if (peer_bypass(s->sess)) {
+		/* the reset once, as the kernel reports one, then EPIPE */
+		if (s->tcp_err) {
+			s->tcp_err = false;
+			s->tcp_eof = true;
+			n = -ECONNRESET;
+		} else {
+			n = epipe(flags);
+		}
+	} else if (s->tx_mode == DIR_RING || tx_switch(s)) {
+		n = send_ring(s, &c, flags, nonblock);
+		if (n >= 0 && s->tx_back && cur_left(&c)) {
+			/* went back to the stream part way: the rest goes there */
+			ssize_t k = kernel_send(s, &c, flags);
+
+			n = k < 0 ? (n ? n : k) : n + k;
+		}
+	} else {
+		n = kernel_send(s, &c, flags);
+	}
+	pthread_mutex_unlock(&s->tx_lock);
+	if (!nonblock)
+		atomic_fetch_sub_explicit(&in_calls, 1, memory_order_relaxed);
+	return n;
+}
