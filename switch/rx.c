@@ -279,8 +279,6 @@ ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 	 * that came with it may have been read by the drain before a sleep.
 	 */
 	serve_back_unlocked(s);
-	if (s->sess)
-		region_fd_check(s->sess);
 	if (s->pre || s->rx_skip) {
 		n = pre_recv(s, c, flags);
 		if (n)

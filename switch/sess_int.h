@@ -62,8 +62,9 @@ bool peer_bypass(struct wsd_session *ss);
 ssize_t fault_rx(struct wsd_sock *s);
 
 /* slot.c: the session object */
-void region_fd_check(struct wsd_session *ss);
 void publish_rx_ready(struct wsd_sock *s);
+bool wsd_session_grow(struct wsd_session *ss);
+void wsd_session_shrink(struct wsd_session *ss, int64_t now);
 void became_accel(struct wsd_sock *s, bool was);
 
 /* bell.c: doorbells */

@@ -8,13 +8,18 @@
 
 #include "switch/switch.h"
 #include "switch/wire.h"
+#include "switch/chan.h"
+
+struct wsd_chan;
 
 struct wsd_session {
-	SOCKET ws;                   /* the SPI connection */
+	SOCKET ws;                   /* the channel's SPI connection */
+	struct wsd_chan *ch;         /* the channel (held) */
+	struct wsd_slot slot;        /* our receive slot on it */
 	struct wsd_sock *sock;       /* the socket it is attached to, or NULL before */
 	const char *fault;           /* the peer broke the protocol: the failed check (atomic) */
 	enum wsd_path path;
-	/* our receive region */
+	/* our receive region: the slot */
 	uint8_t *region;
 	size_t region_len;
 	struct wsd_ctl *ctl;
@@ -23,16 +28,20 @@ struct wsd_session {
 	uint64_t rx_key;
 	struct wire_ring rxr;        /* the three above, for the record walk */
 	uint8_t rx_desc[WSP_RDMA_DESCRIPTOR_SIZE];
-	int region_fd;               /* shm: the memfd holding it, until the peer mapped it */
-	uint64_t region_ino;         /* its inode: the program may have closed the fd */
-	size_t map_len;              /* region_len and the page holding rx_key after it */
 	/* the peer's */
 	uint8_t peer_desc[WSP_RDMA_DESCRIPTOR_SIZE];
 	/* the challenge we sent (the peer must write it on the stream after
 	 * its SWITCH point), and the one the peer sent (we write it after ours) */
 	uint8_t nonce[WSD_NONCE], peer_nonce[WSD_NONCE];
-	uint8_t *peer_map;           /* shm: the peer's region, mapped here (or NULL) */
-	size_t peer_map_len;
+	uint8_t *peer_map;           /* shm: the peer's slot, mapped here (or NULL) */
+	uint32_t peer_seg, peer_off; /* the peer's slot: its segment and offset there */
+	uint64_t peer_base;          /* RDMA writes: the slot's offset in the registration */
+	bool peer_known;             /* we know the peer's slot (and write it: SHUT at the end) */
+	bool slot_known;             /* the peer knows ours (and may write it) */
+	/* the sender's window over a mapped ring (tx_lock): records go below
+	 * it, the rest of the ring untouched (wsd-protocol(7), "Windows") */
+	uint32_t tx_win;
+	int64_t tx_grown_ms;
 	uint32_t peer_ring;
 	uint64_t tx_key;
 	/* staging for records (tx_lock) and single words (each its own) */
@@ -41,6 +50,7 @@ struct wsd_session {
 	uint64_t stage_handle;
 	uint64_t *words;             /* pairs: [0] rx_lock, [2] tx_lock, [4] mu */
 	uint64_t words_handle;
+	uint64_t small[24];          /* stage and words when the peer's slot is mapped */
 	/* tx (tx_lock) */
 	uint64_t tx_pos;
 	uint64_t zc_sent;
@@ -83,8 +93,10 @@ struct wsd_session {
 	uint64_t stall_rx, stall_c;
 };
 
-/* Make a session on a connected SPI socket: our region registered. */
-struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path);
+/* Make a session on a channel: a receive slot of ours taken. */
+struct wsd_session *wsd_session_new(struct wsd_chan *ch);
+/* The peer learnt our slot: it may write there until it says it is done. */
+void wsd_session_known(struct wsd_session *ss);
 /* The peer's region, from its handshake message. */
 void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h);
 /* Fill a handshake message with our side. */

@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The session object: its receive region (a sealed memfd the peer maps on
- * shm, else anonymous memory) and staging area, registered with the SPI;
- * the handshake's part (our HELLO, the peer's region mapped); and
- * attaching it to a socket, from which the peer may switch (rx_ready).
- * Locks: attach takes mu (publish_rx_ready needs it); the rest runs
- * before the session is shared, or on atomics (region_fd).  It does not
- * move data, nor switch a direction (proof.c).
+ * The session object: one connection's slot on its channel (chan.h), on
+ * each side: our receive slot and the peer's, mapped here when the
+ * transport can (shm), else written by RDMA from registered staging; the
+ * handshake's part (our slot described, the peer's taken); the sender's
+ * window over a mapped ring, which grows while it streams and gives its
+ * pages back when idle; and attaching it to a socket, from which the peer
+ * may switch (rx_ready).  Locks: attach takes mu (publish_rx_ready needs
+ * it); the window is the sender's (tx_lock); the rest runs before the
+ * session is shared.  It does not move data, nor switch a direction
+ * (proof.c).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -20,146 +23,98 @@
 #include <netinet/tcp.h>
 #include <time.h>
 
+#include "switch/chan.h"
 #include "switch/sess_int.h"
 
 /* ---- the session object ---------------------------------------------------- */
 
-static uint64_t ino_of(int fd)
-{
-	struct stat st;
-
-	return fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
 /*
- * shm: the region in a memfd the peer maps (see wsd_session_peer), with a
- * page after it holding rx_key, by which the peer knows it mapped the right
- * one.  Anonymous memory when that fails: the peer then writes by RDMA.
+ * The smallest window a sender uses (wsd-protocol(7), "Windows"): what is
+ * left of the page holding the control words.  A connection that carries
+ * little touches that one page of the receiver's slot.
  */
-static uint8_t *shared_region(struct wsd_session *ss)
-{
-	size_t len = ss->region_len + 4096;
-	uint8_t *m = MAP_FAILED;
-	int fd = wsd_fault("ring-memfd", NULL) ? -1 :
-		 memfd_create("wsd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+#define WIN_MIN (WSD_SEG_PAGE - CTL_SIZE)
+#define WIN_IDLE_MS 1000             /* a window idle this long shrinks back */
 
-	/*
-	 * Sealed at its size: the peer maps it from a descriptor of its own,
-	 * and a file cut short under a mapping is SIGBUS at the next access,
-	 * ours or the peer's.  The peer maps only a sealed one (map_peer).
-	 */
-	if (fd >= 0 && ftruncate(fd, (off_t)len) == 0 &&
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
-		m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-	if (m == MAP_FAILED) {
-		if (fd >= 0)
-			close(fd);
-		return mmap(NULL, ss->region_len, PROT_READ | PROT_WRITE,
-			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	}
-	memcpy(m + ss->region_len, &ss->rx_key, sizeof(ss->rx_key));
-	ss->region_fd = fd;
-	ss->region_ino = ino_of(fd);
-	ss->map_len = len;
-	return m;
-}
-
-/*
- * Close our memfd, if the descriptor still is it: a program that closes
- * every descriptor (after fork, say) may have reused the number.
- */
-static void region_fd_close(int fd, uint64_t ino)
+struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 {
-	if (fd >= 0 && ino_of(fd) == ino)
-		real.close(fd);
-}
-
-/* Our memfd is no longer needed once the peer mapped the region (or will not). */
-void region_fd_check(struct wsd_session *ss)
-{
-	if (__atomic_load_n(&ss->region_fd, __ATOMIC_RELAXED) >= 0 && ctl_get(ss, CW_MAPPED)) {
-		region_fd_close(__atomic_exchange_n(&ss->region_fd, -1, __ATOMIC_ACQ_REL),
-				ss->region_ino);
-	}
-}
-
-struct wsd_session *wsd_session_new(SOCKET ws, enum wsd_path path)
-{
-	WSPPROC_TABLE *t = wsd_spi();
 	const struct wsd_switch_params *p = wsd_switch_params();
 	struct wsd_session *ss = calloc(1, sizeof(*ss));
-	uint32_t dlen = sizeof(ss->rx_desc);
-	int err;
 
 	if (!ss)
 		return NULL;
-	ss->ws = ws;
-	ss->path = path;
+	ss->ws = wsd_chan_socket(ch);
+	ss->path = wsd_chan_path(ch);
 	ss->ring_size = p->ring_size;
 	ss->region_len = CTL_SIZE + ss->ring_size;
-	ss->map_len = ss->region_len;
-	ss->region_fd = -1;
 	ss->k_base = -1;
 	ss->k_tx_base = -1;
-	ss->stage_len = 65536 + REC_HDR + REC_TRAILER;
+	/* staging for a mapped peer: a record's header and the words (see wsd_session_peer) */
+	ss->stage = (uint8_t *)ss->small;
+	ss->words = ss->small + 8;
 	if (getrandom(&ss->rx_key, sizeof(ss->rx_key), 0) != sizeof(ss->rx_key))
 		ss->rx_key = (uint64_t)(uintptr_t)ss ^ (uint64_t)time(NULL);
 	ss->rx_key |= 1;   /* a zeroed header never matches position 0 */
-	if (getrandom(ss->nonce, sizeof(ss->nonce), 0) != sizeof(ss->nonce))
-		goto fail;  /* a guessable challenge proves nothing */
-	if (path == PATH_SHM)
-		ss->region = shared_region(ss);
-	else
-		ss->region = mmap(NULL, ss->region_len, PROT_READ | PROT_WRITE,
-				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	ss->stage = mmap(NULL, ss->stage_len + 4096, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (ss->region == MAP_FAILED || ss->stage == MAP_FAILED)
-		goto fail;
-	ss->words = (uint64_t *)(ss->stage + ss->stage_len);
+	if (getrandom(ss->nonce, sizeof(ss->nonce), 0) != sizeof(ss->nonce) ||
+	    wsd_chan_slot_get(ch, &ss->slot)) {
+		free(ss);   /* a guessable challenge proves nothing */
+		return NULL;
+	}
+	wsd_chan_hold(ch);
+	ss->ch = ch;
+	ss->region = ss->slot.base;
+	memcpy(ss->rx_desc, ss->slot.desc, sizeof(ss->rx_desc));
 	ss->ctl = (struct wsd_ctl *)ss->region;
 	ss->ring = ss->region + CTL_SIZE;
 	ss->rxr = (struct wire_ring){ ss->ring, ss->ring_size, ss->rx_key };
-	if (t->lpWSPRegisterRdmaMemory(ws, ss->region, (uint32_t)ss->region_len, MEM_WRITE,
-				       ss->rx_desc, &dlen, &err))
-		goto fail;
-	ss->stage_handle = t->lpWSPRegisterMemory(ws, ss->stage, ss->stage_len, MEM_READ, &err);
-	if (!ss->stage_handle)
-		goto fail;
-	/* word pairs at [0, 8), our offer's block at [8, 16) */
-	ss->words_handle = t->lpWSPRegisterMemory(ws, ss->words, 128, MEM_READ, &err);
-	if (!ss->words_handle)
-		goto fail;
+	wsd_chan_session_add(ch, ss);
 	return ss;
-fail:
-	wsd_session_free(ss);
-	return NULL;
 }
 
-void wsd_session_abandon(struct wsd_session *ss)
+/*
+ * Unmapped peer (verbs, or shm that could not map): records and words go by
+ * RDMA writes from registered staging.  0 or -ENOMEM.
+ */
+static int stage_registered(struct wsd_session *ss)
 {
+	WSPPROC_TABLE *t = wsd_spi();
 	int err;
 
-	if (ss->ws != INVALID_SOCKET) {
-		wsd_spi()->lpWSPCloseSocket(ss->ws, &err);
-		ss->ws = INVALID_SOCKET;
+	ss->stage_len = 65536 + REC_HDR + REC_TRAILER;
+	ss->stage = mmap(NULL, ss->stage_len + 4096, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ss->stage == MAP_FAILED) {
+		ss->stage = NULL;
+		return -ENOMEM;
 	}
+	ss->words = (uint64_t *)(ss->stage + ss->stage_len);
+	ss->stage_handle = t->lpWSPRegisterMemory(ss->ws, ss->stage, ss->stage_len, MEM_READ,
+						  &err);
+	/* word pairs at [0, 8), our offer's block at [8, 16) */
+	ss->words_handle = ss->stage_handle ?
+			   t->lpWSPRegisterMemory(ss->ws, ss->words, 128, MEM_READ, &err) : 0;
+	return ss->words_handle ? 0 : -ENOMEM;
+}
+
+/* The session stops: its channel ends (exec, or a peer that failed its proof). */
+void wsd_session_abandon(struct wsd_session *ss)
+{
+	if (ss->ch)
+		wsd_chan_end(ss->ch);
+	ss->ws = INVALID_SOCKET;
 }
 
 void wsd_session_free(struct wsd_session *ss)
 {
-	int err;
-
 	if (!ss)
 		return;
-	if (ss->ws != INVALID_SOCKET)
-		wsd_spi()->lpWSPCloseSocket(ss->ws, &err);
-	if (ss->region && ss->region != MAP_FAILED)
-		munmap(ss->region, ss->map_len);
-	region_fd_close(ss->region_fd, ss->region_ino);
-	if (ss->peer_map)
-		munmap(ss->peer_map, ss->peer_map_len);
-	if (ss->stage && ss->stage != MAP_FAILED)
+	if (ss->ch) {
+		wsd_chan_session_del(ss->ch, ss);
+		wsd_chan_slot_done(ss->ch, &ss->slot, ss->slot_known, ss->peer_known,
+				   ss->peer_seg, ss->peer_off);
+		wsd_chan_put(ss->ch);
+	}
+	if (ss->stage && ss->stage != (uint8_t *)ss->small)
 		munmap(ss->stage, ss->stage_len + 4096);
 	free(ss);
 }
@@ -171,49 +126,8 @@ void wsd_session_hello(const struct wsd_session *ss, struct wsd_hello *h, uint16
 	h->kind = kind;
 	h->ring_size = ss->ring_size;
 	h->key = ss->rx_key;
-	memcpy(h->desc, ss->rx_desc, sizeof(h->desc));
-	h->pid = ss->region_fd >= 0 ? (uint32_t)getpid() : 0;
-	h->region_fd = ss->region_fd;
+	wsd_chan_slot_describe(ss->ch, &ss->slot, h);
 	memcpy(h->nonce, ss->nonce, sizeof(h->nonce));
-}
-
-/*
- * shm: map the peer's region from its memfd (pidfd_getfd: the same right
- * to the peer's memory as process_vm_writev, which the shm transport
- * checked), if it is the one the HELLO names (its key after it).  Stores
- * then replace RDMA writes: no system call, no page pinning per write.
- */
-static void map_peer(struct wsd_session *ss, const struct wsd_hello *h)
-{
-	size_t len = CTL_SIZE + (size_t)h->ring_size + 4096;
-	int pfd, fd = -1;
-	struct stat st;
-	uint8_t *m;
-	uint64_t key;
-
-	if (ss->path != PATH_SHM || !h->pid || h->region_fd < 0)
-		return;
-	pfd = wsd_fault("ring-pidfd", NULL) ? -1 : (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
-	if (pfd >= 0) {
-		fd = (int)syscall(SYS_pidfd_getfd, pfd, h->region_fd, 0);
-		close(pfd);
-	}
-	if (fd < 0)
-		return;
-	/* only a region its owner cannot cut short under our stores (SIGBUS) */
-	m = fstat(fd, &st) == 0 && (size_t)st.st_size == len &&
-	    (fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) && !wsd_fault("ring-mmap", NULL) ?
-	    mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-	close(fd);
-	if (m == MAP_FAILED)
-		return;
-	memcpy(&key, m + len - 4096, sizeof(key));
-	if (key != h->key) {
-		munmap(m, len);
-		return;
-	}
-	ss->peer_map = m;
-	ss->peer_map_len = len;
 }
 
 void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
@@ -222,10 +136,76 @@ void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
 	memcpy(ss->peer_nonce, h->nonce, sizeof(ss->peer_nonce));
 	ss->peer_ring = h->ring_size;
 	ss->tx_key = h->key;
-	map_peer(ss, h);
-	/* either way the peer's memfd can go (the word goes by the new path if mapped) */
-	if (h->pid)
-		put_word(ss, W_MU, CW_MAPPED, ss->peer_map ? 1 : 2);
+	ss->peer_seg = h->seg;
+	ss->peer_off = h->slot_off;
+	ss->peer_base = h->slot_off;
+	ss->peer_known = true;
+	ss->peer_map = wsd_chan_peer_slot(ss->ch, h);
+	/* a mapped ring is used a window at a time, its pages taken as it grows */
+	ss->tx_win = ss->peer_map ? WIN_MIN : ss->peer_ring;
+	if (!ss->peer_map && stage_registered(ss))
+		ss->peer_known = ss->peer_known;   /* put_word fails: the session breaks */
+}
+
+/* The peer learnt our slot (its answer came, or ours went): it may write there. */
+void wsd_session_known(struct wsd_session *ss)
+{
+	ss->slot_known = true;
+}
+
+/*
+ * tx_lock held: the window grows (doubling, to the ring) when a record
+ * does not fit it.  Its new pages come as records are stored there.
+ */
+bool wsd_session_grow(struct wsd_session *ss)
+{
+	uint32_t win;
+
+	if (ss->tx_win >= ss->peer_ring)
+		return false;
+	win = (ss->tx_win + CTL_SIZE) * 2 - CTL_SIZE;
+	if (win > ss->peer_ring)
+		win = ss->peer_ring;
+	ss->tx_win = win;
+	ss->tx_grown_ms = wsd_now_ms();
+	return true;
+}
+
+/*
+ * tx_lock held: an idle window gives its pages back (the ring is empty: the
+ * receiver reads nothing there), keeping the page the next record goes to.
+ */
+void wsd_session_shrink(struct wsd_session *ss, int64_t now)
+{
+	uint64_t at = ss->tx_pos % ss->peer_ring + CTL_SIZE;
+	size_t lo = WSD_SEG_PAGE, hi = (CTL_SIZE + ss->tx_win + WSD_SEG_PAGE - 1) &
+				       ~(size_t)(WSD_SEG_PAGE - 1);
+	size_t keep = at & ~(size_t)(WSD_SEG_PAGE - 1);
+
+	if (!ss->peer_map || ss->tx_win <= WIN_MIN || now - ss->tx_grown_ms < WIN_IDLE_MS ||
+	    ctl_get(ss, CW_CONSUMED) != ss->tx_pos)
+		return;
+	if (keep >= lo && keep < hi) {
+		if (keep > lo)
+			madvise(ss->peer_map + lo, keep - lo, MADV_REMOVE);
+		lo = keep + WSD_SEG_PAGE;
+	}
+	if (hi > lo)
+		madvise(ss->peer_map + lo, hi - lo, MADV_REMOVE);
+	ss->tx_win = WIN_MIN;
+}
+
+/* The channel's sweep (its mu held): a window idle a while shrinks. */
+void wsd_session_sweep(struct wsd_session *ss, int64_t now)
+{
+	struct wsd_sock *s = ss->sock;
+
+	if (!s || ss->tx_win <= WIN_MIN || now - ss->tx_grown_ms < WIN_IDLE_MS ||
+	    pthread_mutex_trylock(&s->tx_lock))
+		return;
+	if (s->sess == ss && s->tx_mode == DIR_RING && !s->detached)
+		wsd_session_shrink(ss, now);
+	pthread_mutex_unlock(&s->tx_lock);
 }
 
 static void set_stat_path(struct wsd_sock *s)

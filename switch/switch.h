@@ -181,6 +181,7 @@ struct wsd_sock {
 	bool listening;
 	bool nonblock;               /* O_NONBLOCK on the open file description */
 	bool connected_side;         /* created by connect (the side that upgrades) */
+	bool chan_looked, chan_known;   /* a channel to the peer: looked for, found */
 	uint64_t created_ns;
 
 	pthread_mutex_t mu;          /* state below, session attach */

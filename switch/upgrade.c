@@ -24,6 +24,7 @@
 
 #include "provider/fault.h"
 #include "provider/internal.h"
+#include "switch/chan.h"
 #include "switch/session.h"
 
 #define ANSWER_MS 5000               /* each side waits this for the other's message */
@@ -44,15 +45,17 @@ static struct wsd_switch_params params;
 static pthread_once_t params_once = PTHREAD_ONCE_INIT;
 
 /*
- * What an upgrade costs the process (measured: 9 descriptors a connection
- * for its provider connection, memory, eventfds and completion path; about
- * as many for the provider's start and a listener's registry entry), and
- * its rings' memory.  The switch takes them only with room to spare
- * (wsd_guard_room).
+ * What an upgrade costs the process: a new channel (measured: 9
+ * descriptors for its provider connection, memory, eventfds and completion
+ * path; about as many for the provider's start and a listener's registry
+ * entry) and its rings' memory; a connection on a channel that exists
+ * takes no descriptor, and its ring's pages only as it uses them.  The
+ * switch takes them only with room to spare (wsd_guard_room).
  */
 #define UPGRADE_FDS 10
 #define START_FDS 12
 #define upgrade_bytes() (2 * (uint64_t)wsd_switch_params()->ring_size + (1u << 20))
+#define SLOT_BYTES ((uint64_t)64 << 10)
 
 static void params_init(void)
 {
@@ -237,6 +240,16 @@ static void refuse(SOCKET ws, enum wsd_reason why)
 	procs.lpWSPCloseSocket(ws, &err);
 }
 
+/* A channel's request answered DECLINE. */
+static void decline(struct wsd_chan *ch, uint64_t req, enum wsd_reason why)
+{
+	struct wsd_chmsg m = { .h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
+				      .kind = MSG_DECLINE, .reason = why }, .req = req };
+
+	wsd_stat_refused(why);
+	wsd_chan_send(ch, &m);
+}
+
 /* A request that gets no answer at all (it broke the protocol): counted, closed. */
 static void drop(SOCKET ws)
 {
@@ -269,9 +282,15 @@ struct acceptor_req {
 	struct wsd_tuple t;
 };
 
+/*
+ * A request waiting for the program's accept: a HELLO on a new SPI
+ * connection (ws; ch NULL), or an OPEN on a channel (ch held; req).
+ */
 struct pending {
 	struct pending *next;
 	SOCKET ws;
+	struct wsd_chan *ch;
+	uint64_t req;
 	struct wsd_hello h;
 	struct wsd_tuple t;
 	uint64_t when_ms;
@@ -314,48 +333,88 @@ static bool urgent_seen(const struct wsd_sock *s)
 	return real.poll(&p, 1, 0) > 0 && (p.revents & POLLPRI);
 }
 
-static void server_attach(struct wsd_sock *s, SOCKET ws, const struct wsd_hello *h)
+/*
+ * The request to answer: a HELLO on a new SPI connection (ws), which makes
+ * a channel, or an OPEN on a channel (ch, req).
+ */
+struct request {
+	SOCKET ws;
+	struct wsd_chan *ch;
+	uint64_t req;
+	const struct wsd_hello *h;
+};
+
+static void answer_no(const struct request *q, enum wsd_reason why)
+{
+	if (q->ch)
+		decline(q->ch, q->req, why);
+	else
+		refuse(q->ws, why);
+}
+
+static void server_attach(struct wsd_sock *s, const struct request *q)
 {
 	struct wsd_session *ss;
-	struct wsd_hello a = { 0 };
-	int expect = UP_NONE, err;
+	struct wsd_chan *ch = q->ch;
+	struct wsd_chmsg a = { 0 };
+	int expect = UP_NONE;
+	enum wsd_reason why;
 	long ms;
 
 	if (urgent_seen(s)) {
-		refuse(ws, R_UNSUPPORTED);
+		answer_no(q, R_UNSUPPORTED);
 		set_reason(s, R_UNSUPPORTED);
 		return;
 	}
 	if (s->no_upgrade || !atomic_compare_exchange_strong(&s->upgrade_state, &expect,
 							      UP_RUNNING)) {
-		refuse(ws, s->no_upgrade ? (enum wsd_reason)s->why_not : R_REFUSED);
+		answer_no(q, s->no_upgrade ? (enum wsd_reason)s->why_not : R_REFUSED);
 		return;
 	}
-	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes())) {
-		refuse(ws, R_RESOURCES);
-		atomic_store(&s->upgrade_state, UP_FAILED);
-		set_reason(s, R_RESOURCES);
-		return;
-	}
-	ss = wsd_session_new(ws, path_of(ws));
+	why = R_RESOURCES;
+	if (!wsd_guard_room(ch ? 0 : UPGRADE_FDS, ch ? SLOT_BYTES : upgrade_bytes()))
+		goto no;
+	why = R_PROVIDER;
+	if (!ch && !(ch = wsd_chan_new(q->ws, path_of(q->ws), false, NULL)))
+		goto no;
+	ss = wsd_session_new(ch);
 	if (!ss) {
-		refuse(ws, R_PROVIDER);
-		atomic_store(&s->upgrade_state, UP_FAILED);
-		set_reason(s, R_PROVIDER);
-		return;
+		if (!q->ch)
+			wsd_chan_put(ch);   /* closes q->ws with it: refused below, on nothing */
+		goto no_ch;
 	}
-	wsd_session_peer(ss, h);
-	wsd_session_hello(ss, &a, MSG_ACCEPT);
+	wsd_session_peer(ss, q->h);
+	wsd_session_hello(ss, &a.h, q->ch ? MSG_OPENED : MSG_ACCEPT);
+	a.req = q->req;
 	if (wsd_fault("accept-delay", &ms))
 		usleep((useconds_t)ms * 1000);
-	if (send_msg(ws, &a)) {
+	if (q->ch ? wsd_chan_send(ch, &a) : send_msg(q->ws, &a.h)) {
 		wsd_session_free(ss);
+		if (!q->ch)
+			wsd_chan_put(ch);
 		atomic_store(&s->upgrade_state, UP_FAILED);
 		set_reason(s, R_PROVIDER);
 		return;
 	}
-	(void)err;
+	wsd_session_known(ss);
+	if (!q->ch) {
+		wsd_chan_start(ch, q->h->pid);
+		wsd_chan_put(ch);   /* the session holds it */
+	}
 	wsd_session_attach(s, ss);
+	return;
+no:
+	answer_no(q, why);
+	atomic_store(&s->upgrade_state, UP_FAILED);
+	set_reason(s, why);
+	return;
+no_ch:
+	if (q->ch)
+		decline(q->ch, q->req, R_PROVIDER);
+	else
+		wsd_stat_refused(R_PROVIDER);
+	atomic_store(&s->upgrade_state, UP_FAILED);
+	set_reason(s, R_PROVIDER);
 }
 
 /*
@@ -406,7 +465,12 @@ static void pending_refuse(struct pending *old)
 	while (old) {
 		struct pending *p = old->next;
 
-		refuse(old->ws, R_NO_MATCH);
+		if (old->ch) {
+			decline(old->ch, old->req, R_NO_MATCH);
+			wsd_chan_put(old->ch);
+		} else {
+			refuse(old->ws, R_NO_MATCH);
+		}
 		free(old);
 		old = p;
 	}
@@ -454,10 +518,47 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 	pthread_mutex_unlock(&pend_lock);
 	pending_refuse(old);
 	if (f.found) {
-		server_attach(f.found, ws, &h);
+		server_attach(f.found, &(struct request){ .ws = ws, .h = &h });
 		wsd_sock_put(f.found);
 	} else if (!p) {
 		refuse(ws, full ? R_BUSY : R_PROVIDER);
+	}
+}
+
+/* An OPEN on a channel: as a HELLO, without a new SPI connection. */
+void wsd_upgrade_on_open(struct wsd_chan *ch, const struct wsd_chmsg *m)
+{
+	struct find f = { &m->t, NULL };
+	struct pending *p = NULL, *old = NULL;
+	bool full = false;
+
+	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
+	pthread_mutex_lock(&pend_lock);
+	wsd_fd_each(match, &f);
+	if (!f.found) {
+		pending_expire((uint64_t)wsd_now_ms(), &old);
+		full = npending >= MAX_PENDING;
+		p = full ? NULL : calloc(1, sizeof(*p));
+		if (p) {
+			wsd_chan_hold(ch);
+			p->ch = ch;
+			p->ws = INVALID_SOCKET;
+			p->req = m->req;
+			p->h = m->h;
+			p->t = m->t;
+			p->when_ms = (uint64_t)wsd_now_ms();
+			p->next = pendings;
+			pendings = p;
+			npending++;
+		}
+	}
+	pthread_mutex_unlock(&pend_lock);
+	pending_refuse(old);
+	if (f.found) {
+		server_attach(f.found, &(struct request){ .ch = ch, .req = m->req, .h = &m->h });
+		wsd_sock_put(f.found);
+	} else if (!p) {
+		decline(ch, m->req, full ? R_BUSY : R_PROVIDER);
 	}
 }
 
@@ -673,7 +774,9 @@ void wsd_upgrade_accepted(struct wsd_sock *s)
 	pthread_mutex_unlock(&pend_lock);
 	pending_refuse(old);
 	if (hit) {
-		server_attach(s, hit->ws, &hit->h);
+		server_attach(s, &(struct request){ .ws = hit->ws, .ch = hit->ch, .req = hit->req,
+						     .h = &hit->h });
+		wsd_chan_put(hit->ch);
 		free(hit);
 	}
 }
@@ -717,11 +820,145 @@ static socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to
 	return sizeof(struct sockaddr_in6);
 }
 
+/* ---- requests on a channel (the connecting side) ---------------------------------- */
+
+/* An OPEN we sent, until its answer: the socket and the session it is for. */
+struct open_req {
+	struct open_req *next;
+	uint64_t req;
+	struct wsd_chan *ch;
+	struct wsd_sock *s;          /* held */
+	struct wsd_session *ss;
+};
+
+static struct open_req *opens;        /* pend_lock */
+static uint64_t next_req = 1;
+
+static void open_fail(struct wsd_sock *s, struct wsd_session *ss, enum wsd_reason why)
+{
+	wsd_session_free(ss);
+	fail(s, why);
+	wsd_sock_put(s);
+}
+
+/* The connection's upgrade is one message on the channel, answered later. */
+static void client_open(struct wsd_sock *s, struct wsd_chan *ch, const struct wsd_tuple *t)
+{
+	struct wsd_chmsg m = { .t = *t };
+	struct open_req *o = calloc(1, sizeof(*o));
+	struct wsd_session *ss = o ? wsd_session_new(ch) : NULL;
+
+	if (!ss) {
+		free(o);
+		return fail(s, R_PROVIDER);
+	}
+	wsd_session_hello(ss, &m.h, MSG_OPEN);
+	wsd_sock_hold(s);
+	o->ch = ch;
+	o->s = s;
+	o->ss = ss;
+	pthread_mutex_lock(&pend_lock);
+	o->req = m.req = next_req++;
+	o->next = opens;
+	opens = o;
+	pthread_mutex_unlock(&pend_lock);
+	if (wsd_chan_send(ch, &m) == 0)
+		return;
+	/* not sent: unless the channel's death took it first, it is ours to end */
+	pthread_mutex_lock(&pend_lock);
+	for (struct open_req **pp = &opens; *pp; pp = &(*pp)->next)
+		if (*pp == o) {
+			*pp = o->next;
+			pthread_mutex_unlock(&pend_lock);
+			open_fail(s, ss, R_PROVIDER);
+			free(o);
+			return;
+		}
+	pthread_mutex_unlock(&pend_lock);
+}
+
+void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_chmsg *m)
+{
+	struct open_req *o = NULL;
+
+	pthread_mutex_lock(&pend_lock);
+	for (struct open_req **pp = &opens; *pp; pp = &(*pp)->next)
+		if ((*pp)->ch == ch && (*pp)->req == req) {
+			o = *pp;
+			*pp = o->next;
+			break;
+		}
+	pthread_mutex_unlock(&pend_lock);
+	if (!o) {
+		wsd_debug("switch: channel %u: an answer to no request", wsd_chan_id(ch));
+		return;
+	}
+	if (m && m->h.kind == MSG_OPENED) {
+		wsd_session_peer(o->ss, &m->h);
+		wsd_session_known(o->ss);
+		wsd_session_attach(o->s, o->ss);
+		wsd_debug("switch: fd %d upgraded on channel %u", o->s->fd, wsd_chan_id(ch));
+		wsd_sock_put(o->s);
+	} else {
+		open_fail(o->s, o->ss, m && m->h.reason < R_NREASONS ? (enum wsd_reason)m->h.reason
+								     : R_PEER_PLAIN);
+	}
+	free(o);
+}
+
+void wsd_upgrade_chan_dead(struct wsd_chan *ch)
+{
+	struct open_req *mine = NULL;
+	struct pending *drop_p = NULL;
+
+	pthread_mutex_lock(&pend_lock);
+	for (struct open_req **pp = &opens; *pp;) {
+		struct open_req *o = *pp;
+
+		if (o->ch == ch) {
+			*pp = o->next;
+			o->next = mine;
+			mine = o;
+		} else {
+			pp = &o->next;
+		}
+	}
+	for (struct pending **pp = &pendings; *pp;) {
+		struct pending *p = *pp;
+
+		if (p->ch == ch) {
+			*pp = p->next;
+			p->next = drop_p;
+			drop_p = p;
+			npending--;
+		} else {
+			pp = &p->next;
+		}
+	}
+	pthread_mutex_unlock(&pend_lock);
+	while (mine) {
+		struct open_req *o = mine;
+
+		mine = o->next;
+		open_fail(o->s, o->ss, R_PEER_PLAIN);
+		free(o);
+	}
+	while (drop_p) {
+		struct pending *p = drop_p;
+
+		drop_p = p->next;
+		wsd_chan_put(p->ch);
+		free(p);
+	}
+}
+
+/* A new channel: a new SPI connection to the peer's registry, HELLO and ACCEPT. */
 static void client_upgrade(struct wsd_sock *s)
 {
 	struct sockaddr_storage to;
 	socklen_t tolen;
 	struct wsd_session *ss;
+	struct wsd_chan *ch;
 	struct wsd_hello h = { 0 }, a;
 	struct wsd_tuple t = { .magic = WSD_TUPLE_MAGIC, .version = WSD_PROTO_VERSION };
 	WSABUF caller = { sizeof(t), (char *)&t };
@@ -736,9 +973,17 @@ static void client_upgrade(struct wsd_sock *s)
 		return fail(s, R_UNSUPPORTED);
 	if (learn_tuple(s))
 		return fail(s, R_PEER_PLAIN);
-	tolen = peer_addr(s, &to);
 	t.client = s->stat->local;
 	t.server = s->stat->peer;
+	ch = wsd_chan_find(&s->stat->peer);
+	if (ch) {
+		client_open(s, ch, &t);
+		wsd_chan_put(ch);
+		return;
+	}
+	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes()))
+		return fail(s, R_RESOURCES);
+	tolen = peer_addr(s, &to);
 	ws = procs.lpWSPSocket(to.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
 	if (ws == INVALID_SOCKET)
 		return fail(s, R_PROVIDER);
@@ -750,15 +995,21 @@ static void client_upgrade(struct wsd_sock *s)
 		procs.lpWSPCloseSocket(ws, &err);
 		return fail(s, err == WSAEACCES ? R_ACCESS : R_PEER_PLAIN);
 	}
-	ss = wsd_session_new(ws, path_of(ws));
-	if (!ss) {
+	ch = wsd_chan_new(ws, path_of(ws), true, &s->stat->peer);
+	if (!ch) {
 		procs.lpWSPCloseSocket(ws, &err);
 		return fail(s, R_PROVIDER);
 	}
+	ss = wsd_session_new(ch);
+	wsd_chan_put(ch);   /* the session's now, or closed */
+	if (!ss)
+		return fail(s, R_PROVIDER);
 	wsd_session_hello(ss, &h, MSG_HELLO);
 	if (wsd_fault("hello-delay", &ms))
 		usleep((useconds_t)ms * 1000);
-	if (send_msg(ws, &h) || recv_msg(&ss->ws, &a, ANSWER_MS)) {
+	if (send_msg(ws, &h) || recv_msg(&ws, &a, ANSWER_MS)) {
+		if (ws == INVALID_SOCKET)
+			wsd_chan_lost_socket(ch);
 		wsd_session_free(ss);
 		return fail(s, R_NO_MATCH);
 	}
@@ -771,8 +1022,11 @@ static void client_upgrade(struct wsd_sock *s)
 		return fail(s, !e && a.reason < R_NREASONS ? (enum wsd_reason)a.reason : R_PROTOCOL);
 	}
 	wsd_session_peer(ss, &a);
+	wsd_session_known(ss);
+	wsd_chan_start(ch, a.pid);
 	wsd_session_attach(s, ss);
-	wsd_debug("switch: fd %d upgraded at %lld ms", s->fd, (long long)wsd_now_ms());
+	wsd_debug("switch: fd %d upgraded at %lld ms, channel %u", s->fd, (long long)wsd_now_ms(),
+		  wsd_chan_id(ch));
 }
 
 static void *worker(void *arg)
@@ -853,8 +1107,22 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 			set_reason(s, p->enabled ? (enum wsd_reason)s->why_not : R_DISABLED);
 		return;
 	}
+	/*
+	 * A connection to a peer we have a channel with upgrades at once:
+	 * it costs one message, not a provider connection.  Looked at on the
+	 * first data call only (two system calls for the addresses, once).
+	 */
+	if (!s->chan_looked) {
+		struct wsd_chan *ch;
+
+		s->chan_looked = true;
+		if (!learn_tuple(s) && (ch = wsd_chan_find(&s->stat->peer))) {
+			s->chan_known = true;
+			wsd_chan_put(ch);
+		}
+	}
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	if (s->tcp_tx + s->tcp_rx < p->upgrade_bytes &&
+	if (!s->chan_known && s->tcp_tx + s->tcp_rx < p->upgrade_bytes &&
 	    (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - s->created_ns <
 	    p->upgrade_ns)
 		return;
@@ -866,7 +1134,8 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 	}
 	if (!atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_QUEUED))
 		return;
-	if (!wsd_guard_room(UPGRADE_FDS + (worker_up ? 0 : START_FDS), upgrade_bytes())) {
+	if (s->chan_known ? !wsd_guard_room(0, SLOT_BYTES) :
+	    !wsd_guard_room(UPGRADE_FDS + (worker_up ? 0 : START_FDS), upgrade_bytes())) {
 		fail(s, R_RESOURCES);
 		return;
 	}
@@ -930,6 +1199,8 @@ void wsd_upgrade_atfork_child(void)
 	regs = NULL;
 	pendings = NULL;
 	npending = 0;
+	opens = NULL;
+	wsd_chan_atfork_child();
 	atomic_store(&handshakes, 0);
 	wsd_fd_each(mark_child, NULL);
 }

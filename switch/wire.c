@@ -57,12 +57,59 @@ int wsd_wire_hello_check(const struct wsd_hello *h, uint16_t kind, const char **
 		return bad(why, "handshake: even key");
 	if (h->pid ? h->region_fd < 0 : h->region_fd != -1)
 		return bad(why, "handshake: pid and region_fd disagree");
-	if (!all_zero(h->reserved, sizeof(h->reserved)))
-		return bad(why, "handshake: reserved bytes set");
+	/* the slot: page-aligned, whole within the segment, before its tag page */
+	if ((h->slot_off % WSD_SEG_PAGE) || (h->seg_len % WSD_SEG_PAGE) ||
+	    (uint64_t)h->slot_off + CTL_SIZE + h->ring_size + WSD_SEG_PAGE > h->seg_len)
+		return bad(why, "handshake: slot not within its segment");
 	/* a challenge of zeros is none: nobody drew it at random */
 	if (all_zero(h->nonce, sizeof(h->nonce)))
 		return bad(why, "handshake: no challenge");
 	return 0;
+}
+
+int wsd_wire_chmsg_check(const struct wsd_chmsg *m, const char **why)
+{
+	struct wsd_tuple t;
+	const struct wsd_hello *h = &m->h;
+	int r;
+
+	if (h->magic != WSD_PROTO_MAGIC)
+		return bad(why, "channel: magic");
+	if (h->version != WSD_PROTO_VERSION)
+		return bad(why, "channel: another version");
+	if (!all_zero(m->pad, sizeof(m->pad)))
+		return bad(why, "channel: pad set");
+	switch (h->kind) {
+	case MSG_OPEN:
+		r = wsd_wire_tuple_check(&m->t, sizeof(m->t), &t, why);
+		if (r)
+			return -EPROTO;
+		return wsd_wire_hello_check(h, MSG_OPEN, why);
+	case MSG_OPENED:
+		if (!all_zero((const uint8_t *)&m->t, sizeof(m->t)))
+			return bad(why, "channel: OPENED with a tuple");
+		return wsd_wire_hello_check(h, MSG_OPENED, why);
+	case MSG_DECLINE:
+		if (h->reason == 0 || h->reason >= 256)
+			return bad(why, "channel: DECLINE without a reason");
+		if (!all_zero((const uint8_t *)h + offsetof(struct wsd_hello, ring_size),
+			      sizeof(*h) - offsetof(struct wsd_hello, ring_size)) ||
+		    !all_zero((const uint8_t *)&m->t, sizeof(m->t)))
+			return bad(why, "channel: DECLINE with fields set");
+		return 0;
+	case MSG_SHUT:
+	case MSG_MAPPED:
+		/* the segment and slot are looked up in our own tables, never trusted */
+		if (h->reason || m->req || h->ring_size || h->key || h->pid || h->seg_len ||
+		    h->seg_tag || !all_zero(h->desc, sizeof(h->desc)) ||
+		    !all_zero(h->nonce, sizeof(h->nonce)) ||
+		    !all_zero((const uint8_t *)&m->t, sizeof(m->t)) ||
+		    (h->kind == MSG_MAPPED && h->slot_off))
+			return bad(why, "channel: SHUT or MAPPED with fields set");
+		return 0;
+	default:
+		return bad(why, "channel: unknown kind");
+	}
 }
 
 static int addr_check(const struct wsd_stat_addr *a, const char **why)

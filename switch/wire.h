@@ -25,23 +25,29 @@
 #include "switch/stat.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 6u
+#define WSD_PROTO_VERSION 7u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
 #define WSD_NONCE         16u           /* bytes of a handshake's challenge */
 
-/* Handshake messages (WSPSend on the SPI connection), little-endian. */
-enum { MSG_HELLO = 1, MSG_ACCEPT = 2, MSG_REFUSE = 3 };
+/*
+ * Handshake messages (WSPSend on the SPI connection), little-endian: HELLO,
+ * ACCEPT and REFUSE make a channel (96 bytes); OPEN, OPENED, DECLINE and
+ * SHUT and MAPPED go on it afterwards (struct wsd_chmsg, 160 bytes).
+ */
+enum { MSG_HELLO = 1, MSG_ACCEPT = 2, MSG_REFUSE = 3, MSG_OPEN = 4, MSG_OPENED = 5,
+       MSG_DECLINE = 6, MSG_SHUT = 7, MSG_MAPPED = 8 };
 
 struct wsd_hello {
 	uint32_t magic;
 	uint16_t version;
 	uint16_t kind;               /* MSG_* */
 	uint32_t reason;             /* MSG_REFUSE: enum wsd_reason */
-	uint32_t ring_size;          /* the sender's receive ring */
+	uint32_t ring_size;          /* the sender's receive ring (its slot's) */
 	uint64_t key;                /* stamps of records in the sender's ring */
-	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];  /* the sender's receive region */
-	/* shm: the sender's pid and the descriptor of the memfd that holds its
-	 * region, for the peer to map (pidfd_getfd); 0 and -1 otherwise */
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];  /* the sender's receive segment */
+	/* shm: the sender's pid and the descriptor of the memfd that holds the
+	 * segment, for the peer to map (pidfd_getfd), the first time a message
+	 * names that segment; 0 and -1 otherwise */
 	uint32_t pid;
 	int32_t region_fd;
 	/*
@@ -51,11 +57,19 @@ struct wsd_hello {
 	 * can do.  Zero in a REFUSE.
 	 */
 	uint8_t nonce[WSD_NONCE];
-	/* zero: version 3 had the 4-tuple here, now in struct wsd_tuple;
-	 * kept so that every version's HELLO is 96 bytes (wsd-protocol(7)) */
-	uint8_t reserved[16];
+	/*
+	 * The sender's receive slot for this connection: its segment (a
+	 * number of the sender's), its offset in the segment, the segment's
+	 * length (with the page after it that holds seg_tag, a random number
+	 * by which the peer knows it mapped the right memfd).  Version 3 had
+	 * the 4-tuple here; every version's HELLO is 96 bytes.
+	 */
+	uint32_t seg, slot_off, seg_len, seg_tag;
 };
 _Static_assert(sizeof(struct wsd_hello) == 96, "handshake messages are 96 bytes");
+
+/* A segment's slots start page-aligned; its last page holds the tag. */
+#define WSD_SEG_PAGE 4096u
 
 /*
  * The connecting side's connect data (WSPConnect's caller data; rdma_cm's
@@ -171,6 +185,21 @@ static inline uint64_t rec_size(uint32_t len)
 }
 
 
+/*
+ * A message on a channel: OPEN (a connection to take over, h: the opener's
+ * slot, t: the TCP connection as the opener sees it), OPENED (h: the
+ * answerer's slot), DECLINE (h.reason), SHUT (h.seg and h.slot_off: the
+ * receiver's slot, which the sender writes no more).  req: the opener's
+ * number for the request, echoed in the answer.
+ */
+struct wsd_chmsg {
+	struct wsd_hello h;
+	uint64_t req;
+	struct wsd_tuple t;
+	uint8_t pad[12];
+};
+_Static_assert(sizeof(struct wsd_chmsg) == 160, "channel messages are 160 bytes");
+
 /* ---- the checks ---------------------------------------------------------------- */
 
 #define WIRE_RING_MIN 16384u
@@ -179,6 +208,8 @@ static inline uint64_t rec_size(uint32_t len)
 
 /* A HELLO, ACCEPT or REFUSE, received where a message of kind was expected. */
 int wsd_wire_hello_check(const struct wsd_hello *h, uint16_t kind, const char **why);
+/* A channel message (kind: its h.kind, checked) that the peer sent. */
+int wsd_wire_chmsg_check(const struct wsd_chmsg *m, const char **why);
 /* The connect request's caller data (len bytes at data, copied to *t when valid). */
 int wsd_wire_tuple_check(const void *data, uint32_t len, struct wsd_tuple *t, const char **why);
 

@@ -29,7 +29,8 @@ static struct wsd_hello hello(uint16_t kind)
 {
 	struct wsd_hello h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
 			       .kind = kind, .ring_size = 262144, .key = 0x1234567887654321ull,
-			       .pid = 0, .region_fd = -1 };
+			       .pid = 0, .region_fd = -1, .seg = 3, .slot_off = 0,
+			       .seg_len = 67108864 + 2 * WSD_SEG_PAGE, .seg_tag = 7 };
 
 	memset(h.desc, 0xab, sizeof(h.desc));
 	memset(h.nonce, 0x5c, sizeof(h.nonce));
@@ -110,18 +111,28 @@ START_TEST(hello_fields)
 	h = hello(MSG_HELLO);
 	h.region_fd = 3;            /* a descriptor without a pid */
 	BROKEN(wsd_wire_hello_check(&h, MSG_HELLO, &why), "pid");
+	/* the slot must lie whole in its segment, before the tag page */
 	h = hello(MSG_HELLO);
-	h.reserved[15] = 1;
-	BROKEN(wsd_wire_hello_check(&h, MSG_HELLO, &why), "reserved");
+	h.slot_off = h.seg_len - 2 * WSD_SEG_PAGE;  /* the ring would run into the tag */
+	BROKEN(wsd_wire_hello_check(&h, MSG_HELLO, &why), "slot");
+	h = hello(MSG_HELLO);
+	h.seg_len = 262144 + WSD_SEG_PAGE + WSD_SEG_PAGE;
+	h.slot_off = WSD_SEG_PAGE - CTL_SIZE;      /* not page-aligned */
+	BROKEN(wsd_wire_hello_check(&h, MSG_HELLO, &why), "slot");
+	h.slot_off = 0;
+	VALID(wsd_wire_hello_check(&h, MSG_HELLO, &why));
+	h.seg_len -= WSD_SEG_PAGE;                  /* no room for the tag page */
+	BROKEN(wsd_wire_hello_check(&h, MSG_HELLO, &why), "slot");
+	h = hello(MSG_HELLO);
+	h.slot_off = 0xfffff000u;                   /* past 4 GiB with the ring: no wrap */
+	h.seg_len = 0xfffff000u;
+	BROKEN(wsd_wire_hello_check(&h, MSG_HELLO, &why), "slot");
 	h = hello(MSG_HELLO);
 	memset(h.nonce, 0, sizeof(h.nonce));
 	BROKEN(wsd_wire_hello_check(&h, MSG_HELLO, &why), "challenge");
 	h = hello(MSG_HELLO);
 	memset(h.nonce, 0, sizeof(h.nonce) - 1);   /* a challenge with one byte set is one */
 	VALID(wsd_wire_hello_check(&h, MSG_HELLO, &why));
-	h = hello(MSG_HELLO);
-	h.reserved[0] = 0x80;
-	BROKEN(wsd_wire_hello_check(&h, MSG_HELLO, &why), "reserved");
 }
 END_TEST
 
@@ -136,9 +147,9 @@ START_TEST(refuse_fields)
 	f.ring_size = 262144;
 	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
 	f.ring_size = 0;
-	f.reserved[15] = 1;
+	f.seg_tag = 1;
 	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
-	f.reserved[15] = 0;
+	f.seg_tag = 0;
 	f.nonce[0] = 1;
 	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
 	f.nonce[0] = 0;
@@ -148,6 +159,61 @@ START_TEST(refuse_fields)
 	f.magic = WSD_PROTO_MAGIC;
 	f.version = 3;
 	ck_assert_int_eq(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), -EPROTONOSUPPORT);
+}
+END_TEST
+
+/* ---- channel messages ------------------------------------------------------------ */
+
+static struct wsd_tuple tuple(void);
+
+START_TEST(chmsg_checks)
+{
+	struct wsd_chmsg m = { .h = hello(MSG_OPEN), .req = 9 }, z;
+
+	m.t = tuple();
+	VALID(wsd_wire_chmsg_check(&m, &why));
+	m.pad[3] = 1;
+	BROKEN(wsd_wire_chmsg_check(&m, &why), "pad");
+	m.pad[3] = 0;
+	m.t.magic = 0;                              /* an OPEN names its connection */
+	BROKEN(wsd_wire_chmsg_check(&m, &why), "tuple");
+	m.t = tuple();
+	m.h.ring_size = 1000;                       /* its slot is checked as a HELLO's */
+	BROKEN(wsd_wire_chmsg_check(&m, &why), "ring_size");
+	m.h = hello(MSG_OPENED);
+	BROKEN(wsd_wire_chmsg_check(&m, &why), "tuple");   /* an answer names none */
+	memset(&m.t, 0, sizeof(m.t));
+	VALID(wsd_wire_chmsg_check(&m, &why));
+	m.h.kind = 99;
+	BROKEN(wsd_wire_chmsg_check(&m, &why), "kind");
+	m.h.version = WSD_PROTO_VERSION - 1;
+	BROKEN(wsd_wire_chmsg_check(&m, &why), "version");
+
+	memset(&z, 0, sizeof(z));
+	z.h.magic = WSD_PROTO_MAGIC;
+	z.h.version = WSD_PROTO_VERSION;
+	z.h.kind = MSG_DECLINE;
+	z.req = 4;
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "reason");
+	z.h.reason = 10;
+	VALID(wsd_wire_chmsg_check(&z, &why));
+	z.h.key = 1;
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
+
+	memset(&z, 0, sizeof(z));
+	z.h.magic = WSD_PROTO_MAGIC;
+	z.h.version = WSD_PROTO_VERSION;
+	z.h.kind = MSG_SHUT;
+	z.h.seg = 5;
+	z.h.slot_off = 8 * WSD_SEG_PAGE;
+	VALID(wsd_wire_chmsg_check(&z, &why));
+	z.req = 1;
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
+	z.req = 0;
+	z.h.kind = MSG_MAPPED;                      /* names a segment, not a slot */
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
+	z.h.slot_off = 0;
+	VALID(wsd_wire_chmsg_check(&z, &why));
 }
 END_TEST
 
@@ -601,6 +667,7 @@ int main(void)
 	tcase_add_test(tc, hello_fields);
 	tcase_add_test(tc, refuse_fields);
 	tcase_add_test(tc, tuple_checks);
+	tcase_add_test(tc, chmsg_checks);
 	tcase_add_test(tc, rec_header_bounds);
 	tcase_add_test(tc, ring_walk);
 	tcase_add_test(tc, ring_incomplete);

@@ -1,0 +1,810 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Channels (chan.h): one provider connection and receive memory per pair
+ * of processes, shared by every connection the switch moved between them.
+ *
+ * Memory.  Our receive memory is segments of slots; a slot is CTL_SIZE
+ * control bytes and a ring, page-aligned, and a segment ends with a page
+ * holding its tag.  On shm a segment is a sealed memfd the peer maps once
+ * (pidfd_getfd, the same right as process_vm_writev, which the transport
+ * checked) and then writes with plain stores; it is never populated ahead:
+ * a page exists once a sender wrote it, and the sender gives pages back
+ * when its ring is idle (the session's window, wsd-protocol(7)).  On verbs
+ * a segment is registered memory, so it holds few slots at first and more
+ * as segments are added.
+ *
+ * Messages.  One thread per process waits on one completion port for the
+ * channels' messages (one receive posted per channel) and, every
+ * SWEEP_MS, gives back idle rings and ends a connector's idle channels.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "provider/fault.h"
+#include "provider/internal.h"
+#include "switch/chan.h"
+#include "switch/session.h"
+
+#define MAX_SEGS 1                   /* one segment a side, registered before any message */
+#define SHM_SLOTS 16384              /* on shm, at most (the registration's 4 GiB bound them too) */
+#define VERBS_SLOTS 64               /* registered memory is pinned: fewer on verbs */
+enum { SL_USED = 1, SL_PEER = 2 };
+#define SWEEP_MS 500
+#define IDLE_MS 10000                /* a connector's channel with no slot lives this long */
+#define OUTS 32                      /* messages in flight on a channel; more wait in line */
+
+struct seg {
+	uint8_t *mem;
+	size_t len;                  /* with the tag page */
+	uint32_t nslots, stride, tag;
+	uint8_t *state;              /* per slot: SL_USED (our session holds it), SL_PEER
+					(the peer may still write it) */
+	uint32_t *freel, nfree;      /* slots free again, taken first */
+	uint32_t fresh;              /* slots never used start here */
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
+	int memfd;                   /* shm: until the peer mapped it (MAPPED) */
+	bool shared;                 /* a memfd's pages: MADV_REMOVE gives them back */
+	uint64_t ino;
+};
+
+struct peer_seg {
+	uint8_t *map;
+	size_t len;
+	uint32_t tag;
+	bool failed;                 /* could not map: RDMA writes */
+	bool tell;                   /* MAPPED to send once the handshake is over */
+};
+
+struct wsd_chan {
+	struct wsd_chan *next;       /* the table (connectors) or the live list */
+	_Atomic int refs;
+	pthread_mutex_t mu;
+	pthread_mutex_t send_mu;
+	SOCKET ws;
+	enum wsd_path path;
+	bool connector;
+	struct wsd_stat_addr key;
+	uint32_t id;
+	pid_t owner;                 /* the process it belongs to (fork) */
+	uint32_t peer_pid;
+	_Atomic bool dead;
+	bool reading;
+	int64_t idle_since;          /* ms, with no slot in use; 0 while one is */
+	uint32_t ring;
+	struct seg segs[MAX_SEGS];
+	uint32_t nsegs, slots_used;
+	struct peer_seg peers[MAX_SEGS];
+	struct wsd_session **sess;   /* the sessions on it */
+	size_t nsess, capsess;
+	/* the receive posted on the port */
+	WSAOVERLAPPED ov;
+	struct wsd_chmsg in;
+	WSABUF inb;
+	/*
+	 * Sends (send_mu): overlapped, their completions on the port, so that
+	 * no thread waits for the peer's reader (two readers each waiting
+	 * for the other to take a message would wait for ever).
+	 */
+	struct out {
+		WSAOVERLAPPED ov;
+		struct wsd_chmsg m;
+		bool busy;
+	} outs[OUTS];
+	struct backlog {
+		struct backlog *next;
+		struct wsd_chmsg m;
+	} *bl_head, **bl_tail;
+};
+
+static pthread_mutex_t tab_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wsd_chan *chans;        /* every live channel of this process */
+static uint32_t next_id = 1;
+static struct wsd_port *port;
+static bool thread_up;
+
+static void *chan_main(void *arg);
+static void chan_free(struct wsd_chan *ch);
+
+SOCKET wsd_chan_socket(const struct wsd_chan *ch)
+{
+	return ch->ws;
+}
+
+enum wsd_path wsd_chan_path(const struct wsd_chan *ch)
+{
+	return ch->path;
+}
+
+uint32_t wsd_chan_id(const struct wsd_chan *ch)
+{
+	return ch->id;
+}
+
+bool wsd_chan_dead(const struct wsd_chan *ch)
+{
+	return atomic_load(&ch->dead);
+}
+
+void wsd_chan_lost_socket(struct wsd_chan *ch)
+{
+	ch->ws = INVALID_SOCKET;
+	atomic_store(&ch->dead, true);
+}
+
+void wsd_chan_hold(struct wsd_chan *ch)
+{
+	atomic_fetch_add(&ch->refs, 1);
+}
+
+/* ---- segments ------------------------------------------------------------------ */
+
+static uint64_t ino_of(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* Close a segment's memfd, if the number still is it (a program may close all fds). */
+static void seg_fd_close(struct seg *g)
+{
+	if (g->memfd >= 0 && ino_of(g->memfd) == g->ino)
+		real.close(g->memfd);
+	g->memfd = -1;
+}
+
+/*
+ * The channel's receive segment, made and registered before its first
+ * message: a registration is an endpoint operation, queued behind the
+ * sends in flight, and a send waits for the peer's reader; registering
+ * later could wait for a peer that waits for us.
+ */
+static int seg_add(struct wsd_chan *ch)
+{
+	struct seg *g = &ch->segs[ch->nsegs];
+	uint32_t n = ch->path == PATH_SHM ? SHM_SLOTS : VERBS_SLOTS;
+	uint32_t dlen = sizeof(g->desc);
+	int err, fd = -1;
+
+	if (ch->nsegs == MAX_SEGS)
+		return -ENOMEM;
+	g->stride = (CTL_SIZE + ch->ring + WSD_SEG_PAGE - 1) & ~(WSD_SEG_PAGE - 1);
+	if ((uint64_t)n * g->stride + WSD_SEG_PAGE > UINT32_MAX)
+		n = (uint32_t)((UINT32_MAX - WSD_SEG_PAGE) / g->stride);
+	/* mapped here and by the peer: within the program's address-space reserve */
+	while (n > 1 && !wsd_guard_room(0, 2 * ((uint64_t)n * g->stride + WSD_SEG_PAGE)))
+		n /= 2;
+	g->nslots = n;
+	g->len = (size_t)n * g->stride + WSD_SEG_PAGE;
+	g->state = calloc(n, 1);
+	g->freel = calloc(n, sizeof(*g->freel));
+	if (!g->state || !g->freel || !wsd_guard_room(1, ch->path == PATH_SHM ? 0 : g->len))
+		goto fail;
+	g->mem = MAP_FAILED;
+	if (ch->path == PATH_SHM && !wsd_fault("ring-memfd", NULL))
+		fd = memfd_create("wsd-chan", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	/*
+	 * Sealed at its size: the peer maps it from a descriptor of its own,
+	 * and a file cut short under a mapping is SIGBUS at the next access.
+	 * Never populated: a page exists once a sender stored into it.
+	 */
+	if (fd >= 0 && ftruncate(fd, (off_t)g->len) == 0 &&
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+		g->mem = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+			      fd, 0);
+	if (g->mem == MAP_FAILED) {
+		if (fd >= 0)
+			real.close(fd);
+		fd = -1;
+		g->mem = mmap(NULL, g->len, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (g->mem == MAP_FAILED)
+			goto fail;
+	}
+	if (getrandom(&g->tag, sizeof(g->tag), 0) != sizeof(g->tag))
+		g->tag = (uint32_t)(uintptr_t)g ^ (uint32_t)time(NULL);
+	memcpy(g->mem + g->len - WSD_SEG_PAGE, &g->tag, sizeof(g->tag));
+	if (wsd_spi()->lpWSPRegisterRdmaMemory(ch->ws, g->mem, (uint32_t)g->len, MEM_WRITE,
+					       g->desc, &dlen, &err)) {
+		munmap(g->mem, g->len);
+		if (fd >= 0)
+			real.close(fd);
+		goto fail;
+	}
+	g->memfd = fd;
+	g->shared = fd >= 0;
+	g->ino = fd >= 0 ? ino_of(fd) : 0;
+	ch->nsegs++;
+	return 0;
+fail:
+	free(g->state);
+	free(g->freel);
+	g->state = NULL;
+	g->freel = NULL;
+	return -ENOMEM;
+}
+
+int wsd_chan_slot_get(struct wsd_chan *ch, struct wsd_slot *sl)
+{
+	struct seg *g = &ch->segs[0];
+	uint32_t k;
+
+	pthread_mutex_lock(&ch->mu);
+	if (!ch->nsegs || (!g->nfree && g->fresh == g->nslots)) {
+		pthread_mutex_unlock(&ch->mu);
+		return -ENOSPC;   /* a full channel: the connection stays on TCP */
+	}
+	k = g->nfree ? g->freel[--g->nfree] : g->fresh++;
+	g->state[k] = SL_USED | SL_PEER;
+	sl->seg = 0;
+	sl->off = k * g->stride;
+	sl->base = g->mem + sl->off;
+	memcpy(sl->desc, g->desc, sizeof(sl->desc));
+	memset(sl->base, 0, CTL_SIZE);
+	ch->slots_used++;
+	ch->idle_since = 0;
+	pthread_mutex_unlock(&ch->mu);
+	return 0;
+}
+
+/* mu held: side (SL_*) is done with slot k; free when neither writes it, its pages back. */
+static void slot_drop(struct wsd_chan *ch, uint32_t seg, uint32_t k, uint8_t side)
+{
+	struct seg *g = &ch->segs[seg];
+
+	if (!(g->state[k] & side))
+		return;   /* a SHUT for a slot not in use: the peer's mistake, ignored */
+	g->state[k] &= (uint8_t)~side;
+	if (g->state[k])
+		return;
+	g->freel[g->nfree++] = k;
+	/* a slot at rest costs nothing: the next owner starts from zero pages */
+	if (g->shared)
+		madvise(g->mem + (size_t)k * g->stride, g->stride, MADV_REMOVE);
+	else if (ch->path == PATH_SHM)
+		madvise(g->mem + (size_t)k * g->stride, g->stride, MADV_DONTNEED);
+	/* registered memory (verbs) stays: the adapter holds its pages */
+}
+
+void wsd_chan_slot_done(struct wsd_chan *ch, const struct wsd_slot *sl, bool peer_writes,
+			bool shut, uint32_t peer_seg, uint32_t peer_off)
+{
+	uint32_t k;
+	struct seg *g;
+
+	if (!ch || ch->owner != getpid())
+		return;   /* a fork child's copy: the parent's */
+	if (shut && !atomic_load(&ch->dead)) {
+		struct wsd_chmsg m = { .h = { .magic = WSD_PROTO_MAGIC,
+					      .version = WSD_PROTO_VERSION, .kind = MSG_SHUT,
+					      .region_fd = -1, .seg = peer_seg,
+					      .slot_off = peer_off } };
+
+		wsd_chan_send(ch, &m);
+	}
+	pthread_mutex_lock(&ch->mu);
+	g = &ch->segs[sl->seg];
+	k = sl->off / g->stride;
+	if (!peer_writes || atomic_load(&ch->dead))
+		slot_drop(ch, sl->seg, k, SL_PEER);
+	slot_drop(ch, sl->seg, k, SL_USED);
+	if (--ch->slots_used == 0)
+		ch->idle_since = wsd_now_ms();
+	pthread_mutex_unlock(&ch->mu);
+}
+
+void wsd_chan_slot_describe(struct wsd_chan *ch, const struct wsd_slot *sl, struct wsd_hello *h)
+{
+	struct seg *g = &ch->segs[sl->seg];
+
+	memcpy(h->desc, g->desc, sizeof(h->desc));
+	h->seg = sl->seg;
+	h->slot_off = sl->off;
+	h->seg_len = (uint32_t)g->len;
+	h->seg_tag = g->tag;
+	pthread_mutex_lock(&ch->mu);
+	h->region_fd = g->memfd;
+	pthread_mutex_unlock(&ch->mu);
+	h->pid = h->region_fd >= 0 ? (uint32_t)getpid() : 0;
+}
+
+/* The peer mapped our segment (or will not): its memfd can go. */
+static void on_mapped(struct wsd_chan *ch, uint32_t seg)
+{
+	pthread_mutex_lock(&ch->mu);
+	if (seg < ch->nsegs)
+		seg_fd_close(&ch->segs[seg]);
+	pthread_mutex_unlock(&ch->mu);
+}
+
+/* The peer writes into our slot no more. */
+static void on_shut(struct wsd_chan *ch, uint32_t seg, uint32_t off)
+{
+	pthread_mutex_lock(&ch->mu);
+	if (seg < ch->nsegs && off % ch->segs[seg].stride == 0 &&
+	    off / ch->segs[seg].stride < ch->segs[seg].nslots) {
+		slot_drop(ch, seg, off / ch->segs[seg].stride, SL_PEER);
+	}
+	pthread_mutex_unlock(&ch->mu);
+}
+
+/* Either way the memfd of the peer's segment seg can go. */
+static void send_mapped(struct wsd_chan *ch, uint32_t seg)
+{
+	struct wsd_chmsg m = { .h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
+				      .kind = MSG_MAPPED, .region_fd = -1, .seg = seg } };
+
+	wsd_chan_send(ch, &m);
+}
+
+uint8_t *wsd_chan_peer_slot(struct wsd_chan *ch, const struct wsd_hello *h)
+{
+	struct peer_seg *p;
+	uint8_t *m = MAP_FAILED, *slot = NULL;
+	bool told = false;
+
+	if (ch->path != PATH_SHM || h->seg >= MAX_SEGS)
+		return NULL;
+	pthread_mutex_lock(&ch->mu);
+	p = &ch->peers[h->seg];
+	if (!p->map && !p->failed && h->pid && h->region_fd >= 0) {
+		int pfd, fd = -1;
+		struct stat st;
+
+		pfd = wsd_fault("ring-pidfd", NULL) ? -1 :
+		      (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
+		if (pfd >= 0) {
+			fd = (int)syscall(SYS_pidfd_getfd, pfd, h->region_fd, 0);
+			real.close(pfd);
+		}
+		/* only a segment its owner cannot cut short under our stores (SIGBUS) */
+		if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == h->seg_len &&
+		    (fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) && !wsd_fault("ring-mmap", NULL))
+			m = mmap(NULL, h->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (fd >= 0)
+			real.close(fd);
+		if (m != MAP_FAILED) {
+			uint32_t tag;
+
+			memcpy(&tag, m + h->seg_len - WSD_SEG_PAGE, sizeof(tag));
+			if (tag != h->seg_tag) {
+				munmap(m, h->seg_len);
+				m = MAP_FAILED;
+			}
+		}
+		if (m != MAP_FAILED) {
+			p->map = m;
+			p->len = h->seg_len;
+			p->tag = h->seg_tag;
+		} else {
+			p->failed = true;
+		}
+		told = true;
+	}
+	if (p->map && p->tag == h->seg_tag && p->len == h->seg_len)
+		slot = p->map + h->slot_off;
+	/* the handshake's two messages come first: MAPPED waits for wsd_chan_start */
+	if (told && !ch->reading) {
+		p->tell = true;
+		told = false;
+	}
+	pthread_mutex_unlock(&ch->mu);
+	if (told)
+		send_mapped(ch, h->seg);
+	return slot;
+}
+
+/* ---- sessions ------------------------------------------------------------------ */
+
+void wsd_chan_session_add(struct wsd_chan *ch, struct wsd_session *ss)
+{
+	pthread_mutex_lock(&ch->mu);
+	if (ch->nsess == ch->capsess) {
+		size_t cap = ch->capsess ? 2 * ch->capsess : 16;
+		struct wsd_session **n = realloc(ch->sess, cap * sizeof(*n));
+
+		if (!n) {
+			pthread_mutex_unlock(&ch->mu);
+			return;   /* only the sweep misses it */
+		}
+		ch->sess = n;
+		ch->capsess = cap;
+	}
+	ch->sess[ch->nsess++] = ss;
+	pthread_mutex_unlock(&ch->mu);
+}
+
+void wsd_chan_session_del(struct wsd_chan *ch, struct wsd_session *ss)
+{
+	pthread_mutex_lock(&ch->mu);
+	for (size_t i = 0; i < ch->nsess; i++)
+		if (ch->sess[i] == ss) {
+			ch->sess[i] = ch->sess[--ch->nsess];
+			break;
+		}
+	pthread_mutex_unlock(&ch->mu);
+}
+
+/* ---- the channel ------------------------------------------------------------------ */
+
+struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
+			      const struct wsd_stat_addr *key)
+{
+	struct wsd_chan *ch = calloc(1, sizeof(*ch));
+
+	if (!ch)
+		return NULL;
+	atomic_init(&ch->refs, 1);
+	pthread_mutex_init(&ch->mu, NULL);
+	pthread_mutex_init(&ch->send_mu, NULL);
+	ch->ws = ws;
+	ch->path = path;
+	ch->connector = connector;
+	ch->bl_tail = &ch->bl_head;
+	if (key)
+		ch->key = *key;
+	ch->owner = getpid();
+	ch->ring = wsd_switch_params()->ring_size;
+	if (seg_add(ch)) {
+		ch->ws = INVALID_SOCKET;   /* still the caller's */
+		chan_free(ch);
+		return NULL;
+	}
+	pthread_mutex_lock(&tab_lock);
+	ch->id = next_id++;
+	pthread_mutex_unlock(&tab_lock);
+	return ch;
+}
+
+static void chan_free(struct wsd_chan *ch)
+{
+	int err;
+
+	if (ch->owner != getpid())
+		return;   /* the parent's, in a fork child: left as it is */
+	if (ch->ws != INVALID_SOCKET)
+		wsd_spi()->lpWSPCloseSocket(ch->ws, &err);
+	for (uint32_t i = 0; i < ch->nsegs; i++) {
+		seg_fd_close(&ch->segs[i]);
+		munmap(ch->segs[i].mem, ch->segs[i].len);
+		free(ch->segs[i].state);
+		free(ch->segs[i].freel);
+	}
+	for (uint32_t i = 0; i < MAX_SEGS; i++)
+		if (ch->peers[i].map)
+			munmap(ch->peers[i].map, ch->peers[i].len);
+	while (ch->bl_head) {
+		struct backlog *b = ch->bl_head;
+
+		ch->bl_head = b->next;
+		free(b);
+	}
+	free(ch->sess);
+	free(ch);
+}
+
+void wsd_chan_put(struct wsd_chan *ch)
+{
+	if (ch && atomic_fetch_sub(&ch->refs, 1) == 1)
+		chan_free(ch);
+}
+
+/* send_mu held: m into a free slot, sent; false when none is free or the send failed. */
+static bool out_post(struct wsd_chan *ch, const struct wsd_chmsg *m, bool *failed)
+{
+	for (int i = 0; i < OUTS; i++) {
+		struct out *o = &ch->outs[i];
+		WSABUF b = { sizeof(o->m), (char *)&o->m };
+		uint32_t n;
+		int err = 0;
+
+		if (o->busy)
+			continue;
+		o->m = *m;
+		memset(&o->ov, 0, sizeof(o->ov));
+		o->busy = true;
+		wsd_chan_hold(ch);   /* until its completion */
+		if (wsd_spi()->lpWSPSend(ch->ws, &b, 1, &n, 0, &o->ov, NULL, NULL, &err) &&
+		    err != WSA_IO_PENDING) {
+			o->busy = false;
+			atomic_fetch_sub(&ch->refs, 1);   /* never the last: the caller holds one */
+			*failed = true;
+			return false;
+		}
+		return true;
+	}
+	return false;
+}
+
+int wsd_chan_send(struct wsd_chan *ch, struct wsd_chmsg *m)
+{
+	bool failed = false;
+	int r = 0;
+
+	if (atomic_load(&ch->dead) || ch->owner != getpid())
+		return -EPIPE;
+	pthread_mutex_lock(&ch->send_mu);
+	if (ch->bl_head || !out_post(ch, m, &failed)) {
+		struct backlog *b = failed ? NULL : malloc(sizeof(*b));
+
+		if (b) {
+			b->m = *m;
+			b->next = NULL;
+			*ch->bl_tail = b;
+			ch->bl_tail = &b->next;
+		} else {
+			r = -EPIPE;
+		}
+	}
+	pthread_mutex_unlock(&ch->send_mu);
+	if (failed)
+		wsd_chan_end(ch);
+	return r;
+}
+
+/* A send completed (the reader): its slot takes the next message in line. */
+static void out_done(struct wsd_chan *ch, WSAOVERLAPPED *ov)
+{
+	struct out *o = (struct out *)(void *)((char *)ov - offsetof(struct out, ov));
+	bool failed = ov->Internal != 0;
+
+	pthread_mutex_lock(&ch->send_mu);
+	o->busy = false;
+	while (!failed && ch->bl_head && !atomic_load(&ch->dead)) {
+		struct backlog *b = ch->bl_head;
+
+		if (!out_post(ch, &b->m, &failed))
+			break;
+		ch->bl_head = b->next;
+		if (!ch->bl_head)
+			ch->bl_tail = &ch->bl_head;
+		free(b);
+	}
+	pthread_mutex_unlock(&ch->send_mu);
+	if (failed)
+		wsd_chan_end(ch);
+}
+
+/* tab_lock held: the port and its thread, once per process. */
+static int start_thread(void)
+{
+	pthread_attr_t at;
+	pthread_t t;
+
+	if (thread_up)
+		return 0;
+	if (!port && wsd_port_create(&port))
+		return -ENOMEM;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
+	thread_up = pthread_create(&t, &at, chan_main, NULL) == 0;
+	if (!thread_up)
+		atomic_fetch_sub(&wsd_threads_busy, 1);
+	pthread_attr_destroy(&at);
+	return thread_up ? 0 : -EAGAIN;
+}
+
+/* The next message: one receive posted on the port. */
+static int post_recv(struct wsd_chan *ch)
+{
+	uint32_t n = 0, fl = 0;
+	int err = 0;
+
+	memset(&ch->ov, 0, sizeof(ch->ov));
+	ch->inb = (WSABUF){ sizeof(ch->in), (char *)&ch->in };
+	if (wsd_spi()->lpWSPRecv(ch->ws, &ch->inb, 1, &n, &fl, &ch->ov, NULL, NULL, &err) &&
+	    err != WSA_IO_PENDING)
+		return -EPIPE;
+	return 0;   /* either way its completion comes through the port */
+}
+
+int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid)
+{
+	int r;
+
+	ch->peer_pid = peer_pid;
+	pthread_mutex_lock(&tab_lock);
+	r = start_thread();
+	if (!r)
+		r = wsd_port_associate(port, ch->ws, (uintptr_t)ch);
+	if (!r) {
+		wsd_chan_hold(ch);   /* the receive's, until the channel dies */
+		ch->reading = true;
+		ch->next = chans;
+		chans = ch;
+		if (post_recv(ch))
+			atomic_store(&ch->dead, true);   /* the thread's next sweep unlinks it */
+	}
+	pthread_mutex_unlock(&tab_lock);
+	for (uint32_t i = 0; !r && i < MAX_SEGS; i++)
+		if (ch->peers[i].tell) {
+			ch->peers[i].tell = false;
+			send_mapped(ch, i);
+		}
+	return r;
+}
+
+struct wsd_chan *wsd_chan_find(const struct wsd_stat_addr *key)
+{
+	struct wsd_chan *ch;
+
+	pthread_mutex_lock(&tab_lock);
+	for (ch = chans; ch; ch = ch->next)
+		if (ch->connector && !atomic_load(&ch->dead) && ch->owner == getpid() &&
+		    ch->key.family == key->family && ch->key.port == key->port &&
+		    !memcmp(ch->key.addr, key->addr, sizeof(key->addr)))
+			break;
+	if (ch) {
+		wsd_chan_hold(ch);
+		ch->idle_since = 0;   /* taken: not idle (mu not needed for a hint) */
+	}
+	pthread_mutex_unlock(&tab_lock);
+	return ch;
+}
+
+/* tab_lock held: unlink; the receive's reference is the caller's to drop. */
+static void unlink_chan(struct wsd_chan *ch)
+{
+	for (struct wsd_chan **pp = &chans; *pp; pp = &(*pp)->next)
+		if (*pp == ch) {
+			*pp = ch->next;
+			break;
+		}
+}
+
+/* The channel broke (or we ended it): requests answered, slots the peer held freed. */
+static void chan_died(struct wsd_chan *ch)
+{
+	atomic_store(&ch->dead, true);
+	wsd_upgrade_chan_dead(ch);
+	pthread_mutex_lock(&ch->mu);
+	for (uint32_t i = 0; i < ch->nsegs; i++)
+		for (uint32_t k = 0; k < ch->segs[i].fresh; k++)
+			slot_drop(ch, i, k, SL_PEER);
+	pthread_mutex_unlock(&ch->mu);
+	wsd_debug("switch: channel %u ended", ch->id);
+}
+
+static void on_message(struct wsd_chan *ch, uint32_t bytes)
+{
+	struct wsd_chmsg m = ch->in;
+	const char *why;
+
+	if (bytes != sizeof(m) || wsd_wire_chmsg_check(&m, &why)) {
+		wsd_debug("switch: channel %u: %s", ch->id,
+			  bytes != sizeof(m) ? "message length" : why);
+		atomic_store(&ch->dead, true);   /* a peer that breaks the protocol: no more */
+		return;
+	}
+	switch (m.h.kind) {
+	case MSG_OPEN:
+		wsd_upgrade_on_open(ch, &m);
+		break;
+	case MSG_OPENED:
+	case MSG_DECLINE:
+		wsd_upgrade_on_answer(ch, m.req, &m);
+		break;
+	case MSG_SHUT:
+		on_shut(ch, m.h.seg, m.h.slot_off);
+		break;
+	case MSG_MAPPED:
+		on_mapped(ch, m.h.seg);
+		break;
+	}
+}
+
+/* ---- the sweep: idle rings give their pages back, idle channels end --------------- */
+
+void wsd_session_sweep(struct wsd_session *ss, int64_t now);
+
+static void sweep(int64_t now)
+{
+	struct wsd_chan *ch, *end = NULL;
+
+	pthread_mutex_lock(&tab_lock);
+	for (ch = chans; ch; ch = ch->next) {
+		pthread_mutex_lock(&ch->mu);
+		for (size_t i = 0; i < ch->nsess; i++)
+			wsd_session_sweep(ch->sess[i], now);
+		if (!end && ch->connector && !atomic_load(&ch->dead) && ch->slots_used == 0 &&
+		    ch->idle_since && now - ch->idle_since > IDLE_MS) {
+			atomic_store(&ch->dead, true);   /* found no more */
+			end = ch;
+			wsd_chan_hold(end);
+		}
+		pthread_mutex_unlock(&ch->mu);
+	}
+	pthread_mutex_unlock(&tab_lock);
+	if (end) {
+		int err;
+
+		/* the receive completes aborted, and the thread lets the channel go */
+		wsd_spi()->lpWSPShutdown(end->ws, SD_BOTH, &err);
+		wsd_chan_put(end);
+	}
+}
+
+static void *chan_main(void *arg)
+{
+	int64_t last = wsd_now_ms();
+
+	(void)arg;
+	for (;;) {
+		uint32_t bytes = 0;
+		uintptr_t key = 0;
+		WSAOVERLAPPED *ov = NULL;
+		int r;
+
+		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_idle) */
+		r = wsd_port_wait(port, &bytes, &key, &ov, SWEEP_MS);
+		atomic_fetch_add(&wsd_threads_busy, 1);
+		if (r < 0 && r != -EINTR)
+			break;
+		if (r == 1 && key && ov != &((struct wsd_chan *)key)->ov) {
+			struct wsd_chan *ch = (struct wsd_chan *)key;
+
+			out_done(ch, ov);
+			wsd_chan_put(ch);   /* the send's */
+		} else if (r == 1 && key) {
+			struct wsd_chan *ch = (struct wsd_chan *)key;
+
+			if (ov->Internal == 0 && bytes > 0 && !atomic_load(&ch->dead)) {
+				on_message(ch, bytes);
+				if (!atomic_load(&ch->dead) && post_recv(ch) == 0)
+					continue;
+			}
+			pthread_mutex_lock(&tab_lock);
+			unlink_chan(ch);
+			pthread_mutex_unlock(&tab_lock);
+			chan_died(ch);
+			wsd_chan_put(ch);   /* the receive's */
+		}
+		if (wsd_now_ms() - last >= SWEEP_MS) {
+			last = wsd_now_ms();
+			sweep(last);
+		}
+	}
+	atomic_fetch_sub(&wsd_threads_busy, 1);
+	return NULL;
+}
+
+/* ---- fork, exec, stat --------------------------------------------------------------- */
+
+void wsd_chan_atfork_child(void)
+{
+	pthread_mutex_init(&tab_lock, NULL);
+	chans = NULL;       /* the parent's: the child's sessions on them are detached */
+	port = NULL;        /* its ring is the parent's too */
+	thread_up = false;
+}
+
+void wsd_chan_end(struct wsd_chan *ch)
+{
+	int err;
+
+	if (ch->owner != getpid() || atomic_exchange(&ch->dead, true))
+		return;
+	if (ch->ws != INVALID_SOCKET)
+		wsd_spi()->lpWSPShutdown(ch->ws, SD_BOTH, &err);
+}
+
+void wsd_chan_abandon_all(void)
+{
+	int err;
+
+	pthread_mutex_lock(&tab_lock);
+	for (struct wsd_chan *ch = chans; ch; ch = ch->next) {
+		atomic_store(&ch->dead, true);
+		wsd_spi()->lpWSPShutdown(ch->ws, SD_BOTH, &err);
+	}
+	pthread_mutex_unlock(&tab_lock);
+}

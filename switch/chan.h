@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The channel: what two processes share for all the TCP connections the
+ * switch moved between them (wsd-protocol(7), "Channels").
+ *
+ * One SPI connection (one provider connection: on verbs one RC QP, on shm
+ * one unix socket and its completion path), one reader thread, and receive
+ * memory in segments: each segment holds slots, a slot is one connection's
+ * receive region (its control words, then its ring).  A connection is a
+ * slot on each side; its records, credits, doorbells and handover are the
+ * session's (session.h), as they were when each had a provider connection
+ * of its own.  The first connection between two processes makes the
+ * channel (HELLO, ACCEPT); later ones are a message on it (OPEN, OPENED or
+ * DECLINE) and start at once.  The connecting process keeps the channel
+ * while connections use it and a while after (short connections reuse
+ * it); either side's death ends it, and the connections on it go on by
+ * the memory both still map until their TCP connection ends.
+ *
+ * Owns: the channel table, segments and slots, the peer's segments mapped
+ * here, the reader thread, the channel messages' sending.  Does not own:
+ * what a slot's memory holds (session), which socket a request names
+ * (upgrade.c).
+ *
+ * Locks: a channel's mu guards its slots, segments and session list; it is
+ * taken after a socket's locks, never before.  The table's lock is taken
+ * before any channel's.
+ */
+#ifndef WSD_SWITCH_CHAN_H
+#define WSD_SWITCH_CHAN_H
+
+#include "switch/switch.h"
+#include "switch/wire.h"
+
+struct wsd_session;
+struct wsd_chan;
+
+/* Our receive slot for a session: where it is, and its registration. */
+struct wsd_slot {
+	uint8_t *base;               /* CTL_SIZE control bytes, then the ring */
+	uint32_t seg, off;           /* its segment and offset in it */
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];   /* the segment's registration */
+};
+
+/*
+ * A channel around a connected SPI socket (it becomes the channel's).
+ * connector: we asked for it (we keep it in the table under key, and end
+ * it when idle); the other side keeps it while the peer does.  Not yet
+ * reading: wsd_chan_start does that, after the handshake.
+ */
+struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
+			      const struct wsd_stat_addr *key);
+/* The handshake is done: the reader starts, a connector's channel is found from now. */
+int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid);
+/* A connector's live channel to key (the peer's address and port), held, or NULL. */
+struct wsd_chan *wsd_chan_find(const struct wsd_stat_addr *key);
+void wsd_chan_hold(struct wsd_chan *ch);
+void wsd_chan_put(struct wsd_chan *ch);
+SOCKET wsd_chan_socket(const struct wsd_chan *ch);
+enum wsd_path wsd_chan_path(const struct wsd_chan *ch);
+/* A small number naming the channel in wsd stat (unique in this process). */
+uint32_t wsd_chan_id(const struct wsd_chan *ch);
+/* The handshake closed the SPI socket (it timed out): nothing to close later. */
+void wsd_chan_lost_socket(struct wsd_chan *ch);
+/* The channel broke or ended: no more requests on it. */
+bool wsd_chan_dead(const struct wsd_chan *ch);
+
+/* ---- slots ---- */
+
+/* A free receive slot of ring bytes (zeroed control words), or -ENOMEM/-EMFILE. */
+int wsd_chan_slot_get(struct wsd_chan *ch, struct wsd_slot *sl);
+/*
+ * Our side is done with our slot.  peer_writes: the peer learnt of it and
+ * may write there until it says it no longer does (SHUT) or the channel
+ * dies; else the slot is free at once.  shut: we wrote into the peer's
+ * slot (peer_seg, peer_off), and tell it we no longer do.
+ */
+void wsd_chan_slot_done(struct wsd_chan *ch, const struct wsd_slot *sl, bool peer_writes,
+			bool shut, uint32_t peer_seg, uint32_t peer_off);
+/* The slot's fields of a HELLO, ACCEPT, OPEN or OPENED (ring_size, key, nonce: the session's). */
+void wsd_chan_slot_describe(struct wsd_chan *ch, const struct wsd_slot *sl,
+			    struct wsd_hello *h);
+/*
+ * The peer's slot a message describes, mapped here when the transport can
+ * (shm): its address, or NULL (then RDMA writes at h->slot_off).  A
+ * segment is mapped once per channel, from the memfd the first message
+ * naming it hands over.
+ */
+uint8_t *wsd_chan_peer_slot(struct wsd_chan *ch, const struct wsd_hello *h);
+
+/* ---- sessions on the channel ---- */
+
+void wsd_chan_session_add(struct wsd_chan *ch, struct wsd_session *ss);
+void wsd_chan_session_del(struct wsd_chan *ch, struct wsd_session *ss);
+
+/* ---- messages ---- */
+
+/* Send one channel message; 0 or -EPIPE. */
+int wsd_chan_send(struct wsd_chan *ch, struct wsd_chmsg *m);
+
+/*
+ * The upgrade's side of the messages (upgrade.c), called on the channel's
+ * reader thread: an OPEN from the peer, an answer to one of ours (OPENED
+ * or DECLINE, m NULL when the channel died first).
+ */
+void wsd_upgrade_on_open(struct wsd_chan *ch, const struct wsd_chmsg *m);
+void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_chmsg *m);
+/* The channel died: requests it had in hand are answered DECLINE (upgrade.c). */
+void wsd_upgrade_chan_dead(struct wsd_chan *ch);
+
+/* fork, in the child: the parent's channels are not the child's (forgotten, not freed). */
+void wsd_chan_atfork_child(void);
+/* No more requests on the channel; its provider connection shuts down (the memory stays). */
+void wsd_chan_end(struct wsd_chan *ch);
+/* exec is coming: every channel's provider connection closes. */
+void wsd_chan_abandon_all(void);
+
+
+#endif /* WSD_SWITCH_CHAN_H */
