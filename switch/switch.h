@@ -16,8 +16,9 @@
  * Files: real.c (the C library's own calls), fdtab.c (fd -> sock), sock.c
  * (socket lifecycle calls), stdio.c (sockets under stdio streams), proc.c
  * (fork, exec, spawn), io.c (data calls), copy.c (sendfile, splice),
- * raw.c (syscall()), poll.c (readiness calls); the ring protocol
- * (sess_int.h): cw.c (control words, RDMA puts, failures),
+ * raw.c (syscall()), the readiness calls: poll.c (poll, select), epoll.c
+ * (epoll's shadow, epoll_ctl), epoll_wait.c (epoll's waits); the ring
+ * protocol (sess_int.h): cw.c (control words, RDMA puts, failures),
  * slot.c (the session object), bell.c (doorbells), proof.c (the switch to
  * the ring, the proof), back.c (back to the stream, fork and exec), tx.c
  * (send), rx.c (receive), zc.c (zero copy), wait.c (sleeping, spinning),
@@ -238,7 +239,7 @@ struct wsd_sock {
 	struct sockaddr_storage local, peer;
 
 	struct wsd_stat_slot *stat;  /* this socket's published counters */
-	/* epoll sets this socket was added to (poll.c; guarded by mu) */
+	/* epoll sets this socket was added to (epoll.c; guarded by mu) */
 	struct wsd_epitem *ep_items;
 	/* bumped each time a recv/send returns EAGAIN: edge-triggered epoll
 	 * reports an accelerated socket again only after the application ran
@@ -409,7 +410,7 @@ void wsd_prefix_inherit(void);
 /* Before exec: the environment variable naming the prefixes to pass, or NULL. */
 char *wsd_prefix_env(void);
 
-/* ---- readiness calls (poll.c) ------------------------------------------------- */
+/* ---- readiness calls (poll.c, epoll.c, epoll_wait.c) -------------------------- */
 
 /* s was accelerated, or became plain, or its sending side moved: re-register it in epoll sets. */
 void wsd_poll_sock_accelerated(struct wsd_sock *s);
