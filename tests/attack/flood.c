@@ -66,7 +66,7 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[1], "hello")) {
 			struct p_hello h = { .magic = P_MAGIC, .version = P_VERSION,
 					     .kind = P_HELLO, .ring_size = 16384, .key = 1,
-					     .region_fd = -1 };
+					     .region_fd = -1, .seg_len = P_SEG_LEN(16384) };
 			WSABUF b = { sizeof(h), (char *)&h }, r = { sizeof(in[i]), (char *)&in[i] };
 			uint32_t k, fl = 0;
 

@@ -14,7 +14,7 @@
 #include "wsd/wsp.h"
 
 #define P_MAGIC 0x57534453u
-#define P_VERSION 6
+#define P_VERSION 7
 #define P_TUPLE_MAGIC 0x5754
 #define P_CTL 512u                   /* the control area before the ring */
 
@@ -44,8 +44,12 @@ struct p_hello {
 	uint8_t desc[32];
 	uint32_t pid;
 	int32_t region_fd;
-	uint8_t nonce[16], reserved[16];
+	uint8_t nonce[16];
+	/* the sender's receive slot: in a segment of seg_len bytes, its last page a tag */
+	uint32_t seg, slot_off, seg_len, seg_tag;
 };
+/* A segment holding one slot of ring bytes at offset 0 (wsd-protocol(7), "Channels"). */
+#define P_SEG_LEN(ring) ((P_CTL + (ring) + 4095u) / 4096u * 4096u + 4096u)
 _Static_assert(sizeof(struct p_hello) == 96, "wsd-protocol(7): 96 bytes");
 
 extern WSPPROC_TABLE p_procs;

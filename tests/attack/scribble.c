@@ -84,7 +84,8 @@ static int put_word(struct conn *c, int w, uint64_t v)
 	uint64_t pair[2] = { v, ~v };
 
 	memcpy(c->stage, pair, sizeof(pair));
-	return p_write(c->ws, c->stage, 16, c->stage_h, c->theirs.desc, 16 * (uint64_t)w);
+	return p_write(c->ws, c->stage, 16, c->stage_h, c->theirs.desc,
+		       c->theirs.slot_off + 16 * (uint64_t)w);
 }
 
 /*
@@ -110,6 +111,7 @@ static int put_record(struct conn *c, uint32_t len, uint32_t type, const void *p
 	if (plen)
 		memcpy(c->stage + 16, payload, plen);
 	memcpy(c->stage + 16 + padded, trailer, 16);
+	off += c->theirs.slot_off;   /* the server's slot in its segment */
 	if (p_write(c->ws, c->stage, 8, c->stage_h, c->theirs.desc, off) ||
 	    p_write(c->ws, c->stage + 8, 8, c->stage_h, c->theirs.desc, off + 8) ||
 	    (padded && p_write(c->ws, c->stage + 16, padded, c->stage_h, c->theirs.desc,
@@ -188,7 +190,8 @@ static int open_conn(struct conn *c, int port, const char **why)
 	c->stage = stage;
 	memset(c->region, 0, P_CTL + RING);
 	c->mine = (struct p_hello){ .magic = P_MAGIC, .version = P_VERSION, .kind = P_HELLO,
-				    .ring_size = RING, .region_fd = -1 };
+				    .ring_size = RING, .region_fd = -1,
+				    .seg_len = P_SEG_LEN(RING) };
 	if (getrandom(&c->mine.key, 8, 0) != 8 || getrandom(c->mine.nonce, 16, 0) != 16)
 		return *why = "getrandom", -1;
 	c->mine.key |= 1;
