@@ -1,7 +1,7 @@
 #!/bin/sh
 # wsd bench, short (--quick): every section and verdict line printed, the
 # wsd runs accelerated, a chart that parses as SVG; and the same through
-# `wsd bench --serve` and --peer on loopback.  The figures themselves are
+# `wsd bench --serve` and --peer on loopback; --only runs one section.  The figures themselves are
 # not judged here: ./build.sh bench prints them (targets: wsd(1)).
 set -u
 wsd=${top_builddir:-.}/wsd/wsd
@@ -20,6 +20,21 @@ check() {   # check OUTPUT SVG
 		 cpu_per_GiB_ratio; do
 		grep -Eq "^bench: $v [0-9.]+ .*(MET|MISSED)$" "$1" || fail "no verdict for $v"
 	done
+	# the many-connection section: its tables and verdict lines (--quick
+	# leaves out 10,000 connections: those verdicts are NOT MEASURED)
+	for s in "1000 and 10000 connections" "connections one after another" \
+		 "requests over C connections"; do
+		grep -q "== $s" "$1" || fail "no '$s' section: $(cat "$1")"
+	done
+	for v in scale_connection_rate_ratio scale_msgs_64B_4to64_conns_min_ratio; do
+		grep -Eq "^bench: $v [0-9.]+ .*(MET|MISSED)$" "$1" || fail "no verdict for $v"
+	done
+	for v in scale_10k_fast_path_share scale_10k_more_fds_per_process \
+		 scale_10k_more_pss_per_process; do
+		grep -Eq "^bench: $v .*(MET|MISSED|NOT MEASURED)$" "$1" || fail "no verdict line for $v"
+	done
+	grep -Eq "^bench: scale_connections_fast_at_close [0-9]+ of [1-9][0-9]*$" "$1" ||
+		fail "no count of connections fast at the close"
 	grep -q "^bench: wsd_runs_not_accelerated 0$" "$1" ||
 		fail "a wsd run was not accelerated: $(grep not_accelerated "$1")"
 	python3 -c 'import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); assert d.documentElement.tagName == "svg"; assert len(d.getElementsByTagName("rect")) == 22' "$2" ||
@@ -29,6 +44,9 @@ check() {   # check OUTPUT SVG
 timeout -k 5 300 "$wsd" bench --quick --svg "$tmp/a.svg" >"$tmp/a.out" 2>"$tmp/a.err" ||
 	fail "wsd bench --quick failed: $(cat "$tmp/a.err")"
 check "$tmp/a.out" "$tmp/a.svg"
+# 1000 connections held, both processes measured (here, not with --peer)
+grep -Eq "^ +1000 +client +[0-9]+ +[0-9]+ +-?[0-9]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+ +[0-9]+ of [0-9]+$" \
+	"$tmp/a.out" || fail "no measured line for 1000 connections: $(grep -A8 '== 1000' "$tmp/a.out")"
 # on this host, the outside yardsticks (measured when installed: build.sh installs them)
 grep -q "== iperf3 -l 1M" "$tmp/a.out" || fail "no iperf3 section"
 grep -q "== UCX ucx_perftest" "$tmp/a.out" || fail "no UCX section"
@@ -59,10 +77,23 @@ done
 timeout -k 5 300 "$wsd" bench --quick --peer 127.0.0.1 --port "$port" --svg "$tmp/b.svg" \
 	>"$tmp/b.out" 2>"$tmp/b.err" || fail "wsd bench --peer failed: $(cat "$tmp/b.err")"
 check "$tmp/b.out" "$tmp/b.svg"
+grep -q "not measured: both processes must be on this host" "$tmp/b.out" ||
+	fail "--peer measured the held connections"
 echo "ok: wsd bench --peer against wsd bench --serve"
 
 "$wsd" bench --rounds 0 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--rounds 0 is not a usage error"
 "$wsd" bench --transport bogus >/dev/null 2>&1
 [ $? -eq 2 ] || fail "an unknown transport is not a usage error"
+"$wsd" bench --only tput,bogus >/dev/null 2>&1
+[ $? -eq 2 ] || fail "an unknown --only section is not a usage error"
 echo "ok: usage errors"
+
+# --only: that section and its verdicts, no chart
+timeout -k 5 120 "$wsd" bench --quick --only conn --svg "$tmp/c.svg" >"$tmp/c.out" \
+	2>"$tmp/c.err" || fail "wsd bench --only conn failed: $(cat "$tmp/c.err")"
+grep -q "== short-lived" "$tmp/c.out" && ! grep -q "== throughput" "$tmp/c.out" &&
+	grep -q "^bench: short_lived_connections_ratio " "$tmp/c.out" &&
+	! grep -q "^bench: tput_" "$tmp/c.out" && ! grep -q "chart" "$tmp/c.out" &&
+	[ ! -e "$tmp/c.svg" ] || fail "--only conn ran more, or less: $(cat "$tmp/c.out")"
+echo "ok: wsd bench --only"

@@ -29,22 +29,10 @@
 #define CTL_PORT 47801
 #define MAXR BENCH_MAXR
 
-struct opts {
-	int rounds, warm_ms, run_ms, lat_count, conn_count;
-	const char *transport, *peer, *svg;
-	int ctl_port;
-};
-
 static char self[PATH_MAX];
-static int failures;            /* measurements that did not run */
+int bench_failures;
 
-/* A worker: its output lines, from a pipe or from the peer's --serve. */
-struct proc {
-	pid_t pid;              /* 0 for a remote one */
-	FILE *out;
-};
-
-static int spawn(struct proc *p, bool wsd, const char *transport, char *const args[])
+int bench_spawn(struct bench_proc *p, bool wsd, const char *transport, char *const args[])
 {
 	char *argv[32];
 	int fds[2], n = 0;
@@ -79,7 +67,8 @@ static int spawn(struct proc *p, bool wsd, const char *transport, char *const ar
 }
 
 /* A server on the peer: its --serve runs the worker and passes its lines on. */
-static int remote(struct proc *p, const struct opts *o, bool wsd, char *const args[])
+static int remote(struct bench_proc *p, const struct bench_opts *o, bool wsd,
+		  char *const args[])
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)o->ctl_port) };
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -109,7 +98,7 @@ static int remote(struct proc *p, const struct opts *o, bool wsd, char *const ar
 }
 
 /* The next line from a worker, without its newline; false at its end. */
-static bool next_line(struct proc *p, char *buf, size_t len)
+bool bench_next_line(struct bench_proc *p, char *buf, size_t len)
 {
 	if (!fgets(buf, (int)len, p->out))
 		return false;
@@ -117,7 +106,7 @@ static bool next_line(struct proc *p, char *buf, size_t len)
 	return true;
 }
 
-static bool reap(struct proc *p)
+static bool reap(struct bench_proc *p)
 {
 	int st = 0;
 
@@ -131,34 +120,34 @@ static bool reap(struct proc *p)
  * One measurement: a server (here or on the peer), then the client here
  * with "PORT" in its arguments replaced.  The lines each printed last.
  */
-static bool pair(const struct opts *o, bool wsd, char *srv[], char *cli[], char *srv_out,
-		 char *cli_out)
+bool bench_pair(const struct bench_opts *o, bool wsd, char *srv[], char *cli[], char *srv_out,
+		char *cli_out)
 {
-	struct proc s, c;
+	struct bench_proc s, c;
 	char line[256], port[16] = "";
 	char *args[16];
 	bool ok;
 
-	if ((o->peer ? remote(&s, o, wsd, srv) : spawn(&s, wsd, o->transport, srv)) ||
-	    !next_line(&s, line, sizeof(line)) || sscanf(line, "port %15s", port) != 1) {
+	if ((o->peer ? remote(&s, o, wsd, srv) : bench_spawn(&s, wsd, o->transport, srv)) ||
+	    !bench_next_line(&s, line, sizeof(line)) || sscanf(line, "port %15s", port) != 1) {
 		fprintf(stderr, "wsd bench: the %s server did not start\n", srv[0]);
-		failures++;
+		bench_failures++;
 		return false;
 	}
 	for (int i = 0; (args[i] = cli[i]); i++)
 		if (!strcmp(cli[i], "PORT"))
 			args[i] = port;
-	ok = !spawn(&c, wsd, o->transport, args);
+	ok = !bench_spawn(&c, wsd, o->transport, args);
 	cli_out[0] = srv_out[0] = 0;
-	while (ok && next_line(&c, line, 256))
+	while (ok && bench_next_line(&c, line, 256))
 		strcpy(cli_out, line);
 	ok = reap(&c) && ok && cli_out[0];
-	while (next_line(&s, line, sizeof(line)))
+	while (bench_next_line(&s, line, sizeof(line)))
 		strcpy(srv_out, line);
 	ok = reap(&s) && ok && srv_out[0];
 	if (!ok) {
 		fprintf(stderr, "wsd bench: %s (%s) failed\n", cli[0], wsd ? "wsd" : "plain");
-		failures++;
+		bench_failures++;
 	}
 	return ok;
 }
@@ -207,15 +196,15 @@ struct results {
 };
 
 /* A wsd run's client reports its connection's path: count the ones not accelerated. */
-static void check_path(struct results *res, int wsd, const char *line)
+void bench_check_path(int *off_path, int wsd, const char *line)
 {
 	const char *p = strstr(line, " path ");
 
-	if (wsd && (!p || (strcmp(p + 6, "shm") && strcmp(p + 6, "verbs"))))
-		res->off_path++;
+	if (wsd && (!p || !bench_fast(p + 6)))
+		(*off_path)++;
 }
 
-static void measure_tput(const struct opts *o, const char *host, struct results *res)
+static void measure_tput(const struct bench_opts *o, const char *host, struct results *res)
 {
 	static const int streams[2] = { 1, 4 };
 	char sz[24], st[8], warm[16], run[16], so[256], co[256];
@@ -240,12 +229,12 @@ static void measure_tput(const struct opts *o, const char *host, struct results 
 					double secs = 0;
 
 					v[w][r] = cpu[w][r] = 0;
-					if (!pair(o, w, srv, cli, so, co) ||
+					if (!bench_pair(o, w, srv, cli, so, co) ||
 					    sscanf(co, "bytes %llu secs %lf cpu_us %llu", &b, &secs,
 						   &cc) != 3 ||
 					    sscanf(so, "bytes %llu secs %*f cpu_us %llu", &sb, &sc) != 2)
 						continue;
-					check_path(res, w, co);
+					bench_check_path(&res->off_path, w, co);
 					v[w][r] = secs > 0 ? b / secs / 1e6 : 0;
 					cpu[w][r] = sb ? (cc + sc) / 1e3 / (sb / 1073741824.0) : 0;
 				}
@@ -269,7 +258,7 @@ static void measure_tput(const struct opts *o, const char *host, struct results 
 	}
 }
 
-static void measure_rtt(const struct opts *o, const char *host, struct results *res)
+static void measure_rtt(const struct bench_opts *o, const char *host, struct results *res)
 {
 	static const char *const lsz[3] = { "64", "1024", "65536" };
 	static const char *const cpus[2][2] = { { "0", "1" }, { "0", "0" } };
@@ -296,9 +285,9 @@ static void measure_rtt(const struct opts *o, const char *host, struct results *
 			for (int r = 0; r < o->rounds; r++)
 				for (int w = 0; w < 2; w++) {
 					v[w][0][r] = v[w][1][r] = 0;
-					if (pair(o, w, srv, cli, so, co) &&
+					if (bench_pair(o, w, srv, cli, so, co) &&
 					    sscanf(co, "p50 %lf p99 %lf", &v[w][0][r], &v[w][1][r]) == 2)
-						check_path(res, w, co);
+						bench_check_path(&res->off_path, w, co);
 				}
 			for (int w = 0; w < 2; w++)
 				for (int q = 0; q < 2; q++)
@@ -342,7 +331,7 @@ static pid_t busy_loop(void)
  * busy, as on a loaded machine: a spinning end shares its CPU with it.
  * The mean shows what a lost time slice costs.
  */
-static void measure_busy(const struct opts *o, const char *host, struct results *res)
+static void measure_busy(const struct bench_opts *o, const char *host, struct results *res)
 {
 	char cnt[16], so[256], co[256];
 	double v[2][3][MAXR];
@@ -363,10 +352,10 @@ static void measure_busy(const struct opts *o, const char *host, struct results 
 			pid_t hog = busy_loop();
 
 			v[w][0][r] = v[w][1][r] = v[w][2][r] = 0;
-			if (hog > 0 && pair(o, w, srv, cli, so, co) &&
+			if (hog > 0 && bench_pair(o, w, srv, cli, so, co) &&
 			    sscanf(co, "p50 %lf p99 %lf mean %lf", &v[w][0][r], &v[w][1][r],
 				   &v[w][2][r]) == 3)
-				check_path(res, w, co);
+				bench_check_path(&res->off_path, w, co);
 			if (hog > 0) {
 				kill(hog, SIGKILL);
 				waitpid(hog, NULL, 0);
@@ -382,7 +371,7 @@ static void measure_busy(const struct opts *o, const char *host, struct results 
 	fflush(stdout);
 }
 
-static void measure_conn(const struct opts *o, const char *host, struct results *res)
+static void measure_conn(const struct bench_opts *o, const char *host, struct results *res)
 {
 	char cnt[16], so[256], co[256];
 	double v[2][MAXR];
@@ -393,7 +382,7 @@ static void measure_conn(const struct opts *o, const char *host, struct results 
 	for (int r = 0; r < o->rounds; r++)
 		for (int w = 0; w < 2; w++) {
 			v[w][r] = 0;
-			if (pair(o, w, srv, cli, so, co))
+			if (bench_pair(o, w, srv, cli, so, co))
 				sscanf(co, "rate %lf", &v[w][r]);
 		}
 	res->conn[0] = bench_median(v[0], o->rounds);
@@ -406,48 +395,67 @@ static void measure_conn(const struct opts *o, const char *host, struct results 
 /* ---- verdicts and the chart ------------------------------------------------------------- */
 
 /* wsd / TCP, or 0 when either is missing. */
-static double ratio(double wsd, double plain)
+double bench_ratio(double wsd, double plain)
 {
 	return plain > 0 && wsd > 0 ? wsd / plain : 0;
 }
 
-static void verdict(const char *name, double v, const char *cmp, double target, const char *unit)
+void bench_judge(const char *name, bool measured, bool also, double v, const char *cmp,
+		 double target, const char *unit)
 {
-	bool met = !strcmp(cmp, ">=") ? v >= target : v <= target;
+	bool met = also && (!strcmp(cmp, ">=") ? v >= target : v <= target);
 
 	printf("bench: %s %.2f%s (target %s %.2f%s) %s\n", name, v, unit, cmp, target, unit,
-	       v > 0 ? (met ? "MET" : "MISSED") : "NOT MEASURED");
+	       measured ? (met ? "MET" : "MISSED") : "NOT MEASURED");
 }
 
-static void verdicts(const struct results *res)
+void bench_verdict(const char *name, double v, const char *cmp, double target, const char *unit)
+{
+	bench_judge(name, v > 0, true, v, cmp, target, unit);
+}
+
+/* The verdicts of the sections that ran (BENCH_ bits). */
+static void verdicts(const struct results *res, unsigned ran)
 {
 	int mib = 5;     /* sizes[5] is 1 MiB */
 
 	printf("\n");
-	verdict("tput_1MiB_1stream_ratio",
-		res->tput[0][mib][0] ? res->tput[0][mib][1] / res->tput[0][mib][0] : 0, ">=", 3,
-		"");
+	if (ran & BENCH_TPUT)
+		bench_verdict("tput_1MiB_1stream_ratio",
+			res->tput[0][mib][0] ? res->tput[0][mib][1] / res->tput[0][mib][0] : 0, ">=",
+			3, "");
 	if (res->rtt_done[0])
-		verdict("rtt_64B_across_cores_p50_one_way_us", res->rtt[0][0][1][0] / 2, "<=", 2,
-			" us");
-	verdict("rtt_64B_one_core_p50_ratio",
-		res->rtt[1][0][0][0] ? res->rtt[1][0][1][0] / res->rtt[1][0][0][0] : 0, "<=", 1, "");
-	verdict("short_lived_connections_ratio", res->conn[0] ? res->conn[1] / res->conn[0] : 0,
-		">=", 0.8, "");
-	printf("bench: cpu_ms_per_GiB plain %.1f wsd %.1f\n", res->cpu_gib[0], res->cpu_gib[1]);
+		bench_verdict("rtt_64B_across_cores_p50_one_way_us", res->rtt[0][0][1][0] / 2,
+			"<=", 2, " us");
+	if (ran & BENCH_RTT)
+		bench_verdict("rtt_64B_one_core_p50_ratio",
+			res->rtt[1][0][0][0] ? res->rtt[1][0][1][0] / res->rtt[1][0][0][0] : 0, "<=",
+			1, "");
+	if (ran & BENCH_CONN)
+		bench_verdict("short_lived_connections_ratio",
+			res->conn[0] ? res->conn[1] / res->conn[0] : 0, ">=", 0.8, "");
+	if (ran & BENCH_TPUT)
+		printf("bench: cpu_ms_per_GiB plain %.1f wsd %.1f\n", res->cpu_gib[0],
+		       res->cpu_gib[1]);
 	/* a wsd figure means something only if its connection was accelerated */
-	printf("bench: wsd_runs_not_accelerated %d\n", res->off_path);
-	verdict("cpu_per_GiB_ratio", res->cpu_gib[0] ? res->cpu_gib[1] / res->cpu_gib[0] : 0, "<=",
-		0.5, "");
-	verdict("iperf3_1M_ratio", ratio(res->iperf3[1], res->iperf3[0]), ">=", 3, "");
-	verdict("tput_1MiB_1stream_vs_ucx_tag_bw", ratio(res->tput[0][mib][1], res->ucx_bw), ">=",
-		0.85, "");
+	if (ran & (BENCH_TPUT | BENCH_RTT | BENCH_BUSY))
+		printf("bench: wsd_runs_not_accelerated %d\n", res->off_path);
+	if (ran & BENCH_TPUT)
+		bench_verdict("cpu_per_GiB_ratio",
+			res->cpu_gib[0] ? res->cpu_gib[1] / res->cpu_gib[0] : 0, "<=", 0.5, "");
+	if (ran & BENCH_EXT) {
+		bench_verdict("iperf3_1M_ratio", bench_ratio(res->iperf3[1], res->iperf3[0]), ">=",
+			      3, "");
+		bench_verdict("tput_1MiB_1stream_vs_ucx_tag_bw",
+			      bench_ratio(res->tput[0][mib][1], res->ucx_bw), ">=", 0.85, "");
+	}
 	if (res->ucx_lat > 0)
 		printf("bench: rtt_64B_across_cores_p50_one_way_us wsd %.3f ucx_tag_lat %.3f\n",
 		       res->rtt[0][0][1][0] / 2, res->ucx_lat);
 	if (res->busy_done)
 		printf("bench: rtt_64B_busy_cpu_mean_us plain %.2f wsd %.2f ratio %.2f\n",
-		       res->busy[0][2], res->busy[1][2], ratio(res->busy[1][2], res->busy[0][2]));
+		       res->busy[0][2], res->busy[1][2],
+		       bench_ratio(res->busy[1][2], res->busy[0][2]));
 }
 
 
@@ -460,9 +468,9 @@ static void svg_latency(FILE *f, const struct results *res, int w, int left, int
 
 	for (int i = 0; i < 3; i++)
 		for (int p = 0; p < 2; p++)
-			v[i][p] = ratio(res->rtt[p][i][1][0], res->rtt[p][i][0][0]);
-	v[3][0] = ratio(res->conn[1], res->conn[0]);
-	v[4][0] = ratio(res->cpu_gib[1], res->cpu_gib[0]);
+			v[i][p] = bench_ratio(res->rtt[p][i][1][0], res->rtt[p][i][0][0]);
+	v[3][0] = bench_ratio(res->conn[1], res->conn[0]);
+	v[4][0] = bench_ratio(res->cpu_gib[1], res->cpu_gib[0]);
 	v[3][1] = v[4][1] = -1;
 	for (int i = 0; i < 5; i++)
 		for (int p = 0; p < 2; p++)
@@ -550,10 +558,11 @@ static int write_svg(const char *path, const struct results *res)
 /* Only the servers run on request: --serve starts nothing else. */
 static bool is_server(const char *role)
 {
-	return !strcmp(role, "tput-srv") || !strcmp(role, "lat-srv") || !strcmp(role, "conn-srv");
+	return !strcmp(role, "tput-srv") || !strcmp(role, "lat-srv") || !strcmp(role, "conn-srv") ||
+	       !strcmp(role, "msg-srv");
 }
 
-static int serve(const struct opts *o)
+static int serve(const struct bench_opts *o)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)o->ctl_port) };
 	int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -570,7 +579,7 @@ static int serve(const struct opts *o)
 		char line[512], out[256], *args[24], *save = NULL, *tok, *variant, *tp;
 		int fd = accept(lfd, NULL, NULL), n = 0;
 		FILE *in;
-		struct proc p;
+		struct bench_proc p;
 
 		if (fd < 0 || !(in = fdopen(dup(fd), "r")))
 			continue;
@@ -589,8 +598,8 @@ static int serve(const struct opts *o)
 		if (n > 1)
 			args[1] = "0.0.0.0";
 		if (variant && tp && n && is_server(args[0]) &&
-		    !spawn(&p, !strcmp(variant, "wsd"), strcmp(tp, "-") ? tp : NULL, args)) {
-			while (next_line(&p, out, sizeof(out)))
+		    !bench_spawn(&p, !strcmp(variant, "wsd"), strcmp(tp, "-") ? tp : NULL, args)) {
+			while (bench_next_line(&p, out, sizeof(out)))
 				if (dprintf(fd, "%s\n", out) < 0)
 					break;
 			reap(&p);
@@ -601,21 +610,45 @@ static int serve(const struct opts *o)
 
 /* ---- the command ------------------------------------------------------------------------- */
 
+/* --only's comma-separated section names as BENCH_ bits; 0 for a name not known. */
+static unsigned sections(const char *list)
+{
+	static const char *const names[] = { "tput", "rtt", "busy", "conn", "ext", "scale" };
+	unsigned bits = 0;
+	char buf[128], *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		unsigned b = 0;
+
+		for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			if (!strcmp(t, names[i]))
+				b = 1u << i;
+		if (!b)
+			return 0;
+		bits |= b;
+	}
+	return bits;
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: wsd bench [--quick] [--rounds N] [--transport shm|verbs|auto]\n"
 			"                 [--peer ADDRESS] [--port N] [--svg FILE]\n"
+			"                 [--only tput,rtt,busy,conn,ext,scale]\n"
 			"       wsd bench --serve [--port N]\n");
 	return 2;
 }
 
 int cmd_bench(int argc, char **argv)
 {
-	struct opts o = { .rounds = 3, .warm_ms = 150, .run_ms = 400, .lat_count = 5000,
-			  .conn_count = 2000, .svg = "wsd-bench.svg", .ctl_port = CTL_PORT };
+	struct bench_opts o = { .rounds = 3, .warm_ms = 150, .run_ms = 400, .lat_count = 5000,
+				.conn_count = 2000, .svg = "wsd-bench.svg", .ctl_port = CTL_PORT };
 	bool serving = false;
 	struct results res = { 0 };
+	struct bench_scale *scale = NULL;
 	const char *host;
+	unsigned ran;
 	ssize_t n;
 
 	for (int i = 1; i < argc; i++) {
@@ -627,6 +660,10 @@ int cmd_bench(int argc, char **argv)
 			o.run_ms = 150;
 			o.lat_count = 1000;
 			o.conn_count = 300;
+			o.quick = true;
+		} else if (!strcmp(argv[i], "--only") && more) {
+			if (!(o.only = sections(argv[++i])))
+				return usage();
 		} else if (!strcmp(argv[i], "--rounds") && more) {
 			o.rounds = atoi(argv[++i]);
 		} else if (!strcmp(argv[i], "--transport") && more) {
@@ -658,20 +695,31 @@ int cmd_bench(int argc, char **argv)
 	printf("wsd bench: kernel TCP and wsd (%s), %s, pair by pair\n",
 	       o.transport ? o.transport : "the provider's choice",
 	       o.peer ? o.peer : "on this host");
-	measure_tput(&o, host, &res);
-	measure_rtt(&o, host, &res);
-	measure_busy(&o, host, &res);
-	measure_conn(&o, host, &res);
-	if (!o.peer) {
+	ran = o.only ? o.only : ~0u;
+	if (ran & BENCH_TPUT)
+		measure_tput(&o, host, &res);
+	if (ran & BENCH_RTT)
+		measure_rtt(&o, host, &res);
+	if (ran & BENCH_BUSY)
+		measure_busy(&o, host, &res);
+	if (ran & BENCH_CONN)
+		measure_conn(&o, host, &res);
+	if ((ran & BENCH_EXT) && !o.peer) {     /* on this host only */
 		bench_iperf3(self, o.rounds, o.run_ms >= 400 ? 2 : 1, res.iperf3);
 		bench_ucx(o.rounds, &res.ucx_bw, &res.ucx_lat);
 	}
-	verdicts(&res);
-	if (write_svg(o.svg, &res))
-		fprintf(stderr, "wsd bench: cannot write %s\n", o.svg);
-	else
-		printf("bench: chart written to %s\n", o.svg);
-	if (failures)
-		fprintf(stderr, "wsd bench: %d measurements did not run\n", failures);
-	return failures ? 1 : 0;
+	if (ran & BENCH_SCALE)
+		scale = bench_scale(&o, host);
+	verdicts(&res, ran);
+	bench_scale_verdicts(scale);
+	/* the chart needs every section but the scale one: not with --only */
+	if (!o.only) {
+		if (write_svg(o.svg, &res))
+			fprintf(stderr, "wsd bench: cannot write %s\n", o.svg);
+		else
+			printf("bench: chart written to %s\n", o.svg);
+	}
+	if (bench_failures)
+		fprintf(stderr, "wsd bench: %d measurements did not run\n", bench_failures);
+	return bench_failures ? 1 : 0;
 }

@@ -1,20 +1,97 @@
 /* SPDX-License-Identifier: MIT */
-/* wsd bench's parts: the orchestrator (bench.c) and the outside yardsticks (bench_ext.c). */
+/*
+ * wsd bench's parts: the orchestrator (bench.c), the outside yardsticks
+ * (bench_ext.c), the many-connection section (bench_scale.c), and the
+ * workers it runs (bench_work.c, bench_work_scale.c).
+ */
 #ifndef WSD_BENCH_H
 #define WSD_BENCH_H
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 #define BENCH_MAXR 9            /* rounds at most */
 
+/* --only's sections (all when none is named) */
+enum {
+	BENCH_TPUT = 1 << 0, BENCH_RTT = 1 << 1, BENCH_BUSY = 1 << 2, BENCH_CONN = 1 << 3,
+	BENCH_EXT = 1 << 4, BENCH_SCALE = 1 << 5,
+};
+
+struct bench_opts {
+	int rounds, warm_ms, run_ms, lat_count, conn_count;
+	const char *transport, *peer, *svg;
+	int ctl_port;
+	bool quick;
+	unsigned only;          /* BENCH_ bits */
+};
+
+/* ---- the orchestrator's helpers (bench.c) ---- */
+
+/* A worker: its output lines, from a pipe or from the peer's --serve. */
+struct bench_proc {
+	pid_t pid;              /* 0 for a remote one */
+	FILE *out;
+};
+
+extern int bench_failures;      /* measurements that did not run */
+
+/* Start `wsd bench-worker ARGS...` here, plain or under `wsd run`. */
+int bench_spawn(struct bench_proc *p, bool wsd, const char *transport, char *const args[]);
+/* The next line from a worker, without its newline; false at its end. */
+bool bench_next_line(struct bench_proc *p, char *buf, size_t len);
+/*
+ * One measurement: a server (here or on the peer), then the client here
+ * with "PORT" in its arguments replaced.  The lines each printed last.
+ */
+bool bench_pair(const struct bench_opts *o, bool wsd, char *srv[], char *cli[], char *srv_out,
+		char *cli_out);
+/* A wsd run's client line ends in " path P": count it in *off_path unless P is shm or verbs. */
+void bench_check_path(int *off_path, int wsd, const char *line);
 /* The median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);
+/* wsd / TCP, or 0 when either is missing. */
+double bench_ratio(double wsd, double plain);
+/*
+ * "bench: NAME V (target CMP TARGET) MET|MISSED|NOT MEASURED": met when V
+ * is on the target's side and also holds (the target's other condition).
+ */
+void bench_judge(const char *name, bool measured, bool also, double v, const char *cmp,
+		 double target, const char *unit);
+/* The same, measured when V > 0. */
+void bench_verdict(const char *name, double v, const char *cmp, double target, const char *unit);
 
 /* iperf3 -l 1M plain and under `wsd run` (self is the wsd program): Gbit/s each. */
 void bench_iperf3(const char *self, int rounds, int secs, double out[2]);
 
 /* ucx_perftest over shared memory: tag_bw at 1 MiB (MB/s), tag_lat at 64 B (us one way). */
 void bench_ucx(int rounds, double *bw_mbs, double *lat_us);
+
+/* ---- many connections (bench_scale.c) ---- */
+
+struct bench_scale;
+/* Measure and print the section; the results for bench_scale_verdicts (free them there). */
+struct bench_scale *bench_scale(const struct bench_opts *o, const char *host);
+void bench_scale_verdicts(struct bench_scale *s);
+
+/* ---- the workers' helpers (bench_work.c) ---- */
+
+double bench_now(void);                 /* CLOCK_MONOTONIC, seconds */
+void bench_fail(const char *what) __attribute__((noreturn));
+/* The path the switch gives fd ("tcp", "shm", "verbs"), "none" without the switch. */
+const char *bench_path_of(int fd);
+bool bench_fast(const char *path);      /* shm or verbs */
+/* Listen on host, any port, and print "port N". */
+int bench_listen_on(const char *host, int backlog);
+/* A connected TCP_NODELAY socket, or -1 (errno set). */
+int bench_try_connect(const char *host, int port);
+/* Send (out) or receive all of buf: 0, or -1 at an error or the end of the stream. */
+int bench_full(int fd, void *buf, size_t len, bool out);
+
+/* the many-connection workers (bench_work_scale.c) */
+int bench_work_hold(bool server, char **a, int n);
+int bench_work_msg(bool server, char **a, int n);
 
 #endif

@@ -1,38 +1,49 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * wsd bench's workers: the programs it measures, run plain or under
- * `wsd run` (`wsd bench-worker ROLE ARGS...`).  Ordinary socket programs:
- * nothing here knows about wsd.  A server prints "port N" once it listens,
- * and each worker prints one result line before it exits.
+ * `wsd run` (`wsd bench-worker ROLE ARGS...`).  Ordinary socket programs
+ * that ask the switch, when it is there, only which path a connection took
+ * (wsd_switch_path) and, the connection-rate client, the bytes its
+ * connections moved (its own statistics file).  A server prints "port N"
+ * once it listens, and each worker prints one result line before it exits.
  *
  *   tput-srv HOST STREAMS CPU              count what STREAMS connections send
  *   tput-cli HOST PORT SIZE STREAMS WARM_MS RUN_MS CPU
  *   lat-srv  HOST SIZE CPU                 echo SIZE-byte messages
  *   lat-cli  HOST PORT SIZE COUNT CPU      round trips, p50, p99 and mean
- *   conn-srv HOST COUNT                    answer COUNT short connections
- *   conn-cli HOST PORT COUNT               connect, 64 B each way, close
+ *   conn-srv HOST COUNT                    answer COUNT short connections (0: until BYE)
+ *   conn-cli HOST PORT COUNT [RUN_MS]      connect, 64 B each way, close
+ *
+ * and the many-connection ones of bench_work_scale.c (hold-*, msg-*).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "switch/stat.h"
+#include "wsd/bench.h"
 #include "wsd/cmd.h"
 
-static double now_s(void)
+double bench_now(void)
 {
 	struct timespec t;
 
@@ -60,19 +71,33 @@ static void pin(int cpu)
 	(void)sched_setaffinity(0, sizeof(set), &set);
 }
 
-static _Noreturn void fail(const char *what)
+void bench_fail(const char *what)
 {
 	fprintf(stderr, "wsd bench-worker: %s: %s\n", what, strerror(errno));
 	exit(1);
 }
 
-/* The path the switch gives fd ("tcp", "shm", "verbs"), "none" without the switch. */
-static const char *path_of(int fd)
-{
-	const char *(*fn)(int) = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
-	const char *p = fn ? fn(fd) : NULL;
+static const char *(*switch_path)(int);
 
+static void find_switch_path(void)
+{
+	switch_path = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
+}
+
+const char *bench_path_of(int fd)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	const char *p;
+
+	/* looked up once: the connection-rate client asks at every close */
+	pthread_once(&once, find_switch_path);
+	p = switch_path ? switch_path(fd) : NULL;
 	return p ? p : "none";
+}
+
+bool bench_fast(const char *path)
+{
+	return !strcmp(path, "shm") || !strcmp(path, "verbs");
 }
 
 /*
@@ -82,46 +107,61 @@ static const char *path_of(int fd)
  */
 static bool warm_enough(int fd, double t0, double warm)
 {
-	double t = now_s() - t0;
+	double t = bench_now() - t0;
 	const char *p;
 
 	if (t < warm)
 		return false;
-	p = path_of(fd);
-	return t > 2.0 || !strcmp(p, "none") || !strcmp(p, "shm") || !strcmp(p, "verbs");
+	p = bench_path_of(fd);
+	return t > 2.0 || !strcmp(p, "none") || bench_fast(p);
 }
 
-static int listen_on(const char *host)
+int bench_listen_on(const char *host, int backlog)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	socklen_t len = sizeof(a);
 	int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
 
 	if (fd < 0 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
-		fail("listen address");
+		bench_fail("listen address");
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 1024) ||
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, backlog) ||
 	    getsockname(fd, (struct sockaddr *)&a, &len))
-		fail("listen");
+		bench_fail("listen");
 	printf("port %d\n", ntohs(a.sin_port));
 	fflush(stdout);
 	return fd;
 }
 
-static int connect_to(const char *host, int port)
+int bench_try_connect(const char *host, int port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0), err;
 
-	if (fd < 0 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
-		fail("peer address");
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)))
-		fail("connect");
+	if (fd < 0)
+		return -1;
+	if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+		bench_fail("peer address");
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return fd;
 }
 
-static int full(int fd, void *buf, size_t len, bool out)
+static int connect_to(const char *host, int port)
+{
+	int fd = bench_try_connect(host, port);
+
+	if (fd < 0)
+		bench_fail("connect");
+	return fd;
+}
+
+int bench_full(int fd, void *buf, size_t len, bool out)
 {
 	for (size_t done = 0; done < len;) {
 		ssize_t n = out ? send(fd, (char *)buf + done, len - done, MSG_NOSIGNAL) :
@@ -157,7 +197,7 @@ static void *drain_stream(void *arg)
 	ssize_t n;
 
 	if (!buf)
-		fail("memory");
+		bench_fail("memory");
 	while ((n = recv(s->fd, buf, cap, 0)) > 0 || (n < 0 && errno == EINTR))
 		if (n > 0)
 			s->bytes += (unsigned long long)n;
@@ -169,24 +209,24 @@ static void *fill_stream(void *arg)
 {
 	struct stream *s = arg;
 	char *buf = malloc(s->size);
-	double t0 = now_s(), start = 0, t;
+	double t0 = bench_now(), start = 0, t;
 
 	if (!buf)
-		fail("memory");
+		bench_fail("memory");
 	memset(buf, 0x5a, s->size);
 	for (;;) {
-		t = now_s();
+		t = bench_now();
 		if (!start && warm_enough(s->fd, t0, s->warm))
-			start = now_s();
+			start = bench_now();
 		if (start && t - start >= s->run)
 			break;
-		if (full(s->fd, buf, s->size, true))
-			fail("send");
+		if (bench_full(s->fd, buf, s->size, true))
+			bench_fail("send");
 		if (start)
 			s->bytes += s->size;
 	}
 	s->secs = t - start;
-	s->path = path_of(s->fd);
+	s->path = bench_path_of(s->fd);
 	shutdown(s->fd, SHUT_WR);
 	while (recv(s->fd, buf, s->size, 0) > 0)
 		;
@@ -205,11 +245,11 @@ static int tput(bool server, char **a, int n)
 		return 2;
 	pin(atoi(a[server ? 2 : 6]));
 	if (server)
-		lfd = listen_on(a[0]);
+		lfd = bench_listen_on(a[0], 1024);
 	for (int i = 0; i < streams; i++) {
 		if (server) {
 			if ((s[i].fd = accept(lfd, NULL, NULL)) < 0)
-				fail("accept");
+				bench_fail("accept");
 		} else {
 			s[i].fd = connect_to(a[0], atoi(a[1]));
 			s[i].size = (size_t)atoll(a[2]);
@@ -217,7 +257,7 @@ static int tput(bool server, char **a, int n)
 			s[i].run = atoi(a[5]) / 1e3;
 		}
 		if (pthread_create(&s[i].th, NULL, server ? drain_stream : fill_stream, &s[i]))
-			fail("thread");
+			bench_fail("thread");
 	}
 	for (int i = 0; i < streams; i++) {
 		pthread_join(s[i].th, NULL);
@@ -249,17 +289,17 @@ static int lat(bool server, char **a, int n)
 		return 2;
 	pin(atoi(a[server ? 2 : 4]));
 	if (server) {
-		int lfd = listen_on(a[0]);
+		int lfd = bench_listen_on(a[0], 1024);
 
 		if ((fd = accept(lfd, NULL, NULL)) < 0)
-			fail("accept");
-		while (!full(fd, buf, size, false))
-			if (full(fd, buf, size, true))
+			bench_fail("accept");
+		while (!bench_full(fd, buf, size, false))
+			if (bench_full(fd, buf, size, true))
 				break;
 		printf("cpu_us %llu\n", cpu_us());
 	} else {
 		int count = atoi(a[3]);
-		double *rt = calloc((size_t)count, sizeof(*rt)), t0 = now_s(), sum = 0;
+		double *rt = calloc((size_t)count, sizeof(*rt)), t0 = bench_now(), sum = 0;
 
 		if (!rt || count < 1)
 			return 2;
@@ -267,20 +307,20 @@ static int lat(bool server, char **a, int n)
 		memset(buf, 1, size);
 		/* the warm-up lets the switch upgrade the connection first */
 		while (!warm_enough(fd, t0, 0.2))
-			if (full(fd, buf, size, true) || full(fd, buf, size, false))
-				fail("warm-up");
+			if (bench_full(fd, buf, size, true) || bench_full(fd, buf, size, false))
+				bench_fail("warm-up");
 		for (int i = 0; i < count; i++) {
-			double t = now_s();
+			double t = bench_now();
 
-			if (full(fd, buf, size, true) || full(fd, buf, size, false))
-				fail("round trip");
-			rt[i] = (now_s() - t) * 1e6;
+			if (bench_full(fd, buf, size, true) || bench_full(fd, buf, size, false))
+				bench_fail("round trip");
+			rt[i] = (bench_now() - t) * 1e6;
 		}
 		qsort(rt, (size_t)count, sizeof(*rt), cmp_double);
 		for (int i = 0; i < count; i++)
 			sum += rt[i];
 		printf("p50 %.3f p99 %.3f mean %.3f path %s\n", rt[count / 2],
-		       rt[count * 99 / 100], sum / count, path_of(fd));
+		       rt[count * 99 / 100], sum / count, bench_path_of(fd));
 		free(rt);
 	}
 	close(fd);
@@ -290,6 +330,75 @@ static int lat(bool server, char **a, int n)
 
 /* ---- short-lived connections ------------------------------------------------------- */
 
+/*
+ * The bytes a connection moved, read from this process's own statistics
+ * file (switch/stat.h) just before it closes: the switch frees its slot at
+ * the close.  Without the switch, or a layout this does not know, nothing.
+ */
+struct bytes_seen {
+	const struct wsd_stat_file *f;
+	size_t len;
+	bool tried;
+	unsigned long long fast, all;   /* through the ring or RDMA; in all */
+};
+
+static void count_bytes(struct bytes_seen *b, int fd)
+{
+	size_t room;
+	uint32_t hi;
+
+	if (!b->tried) {
+		char name[64];
+		struct stat st;
+		int sfd;
+
+		b->tried = true;
+		snprintf(name, sizeof(name), WSD_STAT_DIR "/" WSD_STAT_PREFIX "%d", (int)getpid());
+		sfd = open(name, O_RDONLY | O_CLOEXEC);
+		if (sfd >= 0 && !fstat(sfd, &st) && (size_t)st.st_size >= sizeof(*b->f)) {
+			void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, sfd, 0);
+
+			if (m != MAP_FAILED) {
+				b->f = m;
+				b->len = (size_t)st.st_size;
+			}
+		}
+		if (sfd >= 0)
+			close(sfd);
+		if (b->f && (b->f->magic != WSD_STAT_MAGIC || b->f->version != WSD_STAT_VERSION)) {
+			munmap((void *)b->f, b->len);
+			b->f = NULL;
+		}
+	}
+	if (!b->f)
+		return;
+	room = (b->len - offsetof(struct wsd_stat_file, slots)) / sizeof(b->f->slots[0]);
+	hi = atomic_load(&b->f->hiwater);
+	for (uint32_t i = 0; i < hi && i < b->f->nslots && i < room; i++) {
+		const struct wsd_stat_slot *sl = &b->f->slots[i];
+		unsigned long long fast, slow;
+
+		if (!sl->used || sl->fd != fd || sl->listening)
+			continue;
+		fast = atomic_load_explicit(&sl->copy_tx, memory_order_relaxed) +
+		       atomic_load_explicit(&sl->copy_rx, memory_order_relaxed) +
+		       atomic_load_explicit(&sl->zcopy_tx, memory_order_relaxed) +
+		       atomic_load_explicit(&sl->zcopy_rx, memory_order_relaxed);
+		slow = atomic_load_explicit(&sl->tcp_tx, memory_order_relaxed) +
+		       atomic_load_explicit(&sl->tcp_rx, memory_order_relaxed);
+		b->fast += fast;
+		b->all += fast + slow;
+		return;
+	}
+}
+
+/*
+ * The server answers COUNT connections, or with COUNT 0 until one asks
+ * "BYE".  The client makes COUNT connections, or with RUN_MS as many as it
+ * can in that time (then the "BYE" one), and prints their rate, how many
+ * were on shm or verbs when it closed them and the bytes that went by the
+ * ring or RDMA (its own counters; the bookkeeping's time is not counted).
+ */
 static int conn(bool server, char **a, int n)
 {
 	char b[64] = "GET";
@@ -299,29 +408,49 @@ static int conn(bool server, char **a, int n)
 		return 2;
 	count = atoi(a[server ? 1 : 2]);
 	if (server) {
-		int lfd = listen_on(a[0]);
+		int lfd = bench_listen_on(a[0], 1024), served = 0;
 
-		for (int i = 0; i < count; i++) {
+		for (bool bye = false; !bye && (!count || served < count); served++) {
 			int fd = accept(lfd, NULL, NULL);
 
 			if (fd < 0)
-				fail("accept");
-			if (!full(fd, b, 64, false))
-				full(fd, b, 64, true);
+				bench_fail("accept");
+			if (!bench_full(fd, b, 64, false)) {
+				bye = !strcmp(b, "BYE");
+				bench_full(fd, b, 64, true);
+			}
 			close(fd);
 		}
-		printf("served %d\n", count);
+		printf("served %d\n", served);
 	} else {
-		double t0 = now_s();
+		double run = n > 3 ? atoi(a[3]) / 1e3 : 0, t0 = bench_now(), book = 0, t = t0;
+		struct bytes_seen bytes = { 0 };
+		int done = 0, fast = 0;
 
-		for (int i = 0; i < count; i++) {
+		for (; run ? t - t0 < run : done < count; done++) {
+			int fd = connect_to(a[0], atoi(a[1]));
+			double t1;
+
+			if (bench_full(fd, b, 64, true) || bench_full(fd, b, 64, false))
+				bench_fail("request");
+			t1 = bench_now();
+			fast += bench_fast(bench_path_of(fd));
+			count_bytes(&bytes, fd);
+			t = bench_now();
+			book += t - t1;
+			close(fd);
+		}
+		t = bench_now() - t0 - book;
+		if (run) {
 			int fd = connect_to(a[0], atoi(a[1]));
 
-			if (full(fd, b, 64, true) || full(fd, b, 64, false))
-				fail("request");
+			strcpy(b, "BYE");
+			if (bench_full(fd, b, 64, true) || bench_full(fd, b, 64, false))
+				bench_fail("request");
 			close(fd);
 		}
-		printf("rate %.1f\n", count / (now_s() - t0));
+		printf("rate %.1f accel %d of %d bytes %llu of %llu\n", done / t, fast, done,
+		       bytes.fast, bytes.all);
 	}
 	return 0;
 }
@@ -332,6 +461,8 @@ int cmd_bench_worker(int argc, char **argv)
 		{ "tput-srv", tput, true }, { "tput-cli", tput, false },
 		{ "lat-srv", lat, true },   { "lat-cli", lat, false },
 		{ "conn-srv", conn, true }, { "conn-cli", conn, false },
+		{ "hold-srv", bench_work_hold, true }, { "hold-cli", bench_work_hold, false },
+		{ "msg-srv", bench_work_msg, true },   { "msg-cli", bench_work_msg, false },
 	};
 
 	if (argc < 2)
