@@ -186,6 +186,13 @@ static void print_hold(const struct hold *h, int n)
 		       h[0].fds[p], h[1].fds[p], h[1].fds[p] - h[0].fds[p], h[0].pss_kb[p] / 1024.0,
 		       h[1].pss_kb[p] / 1024.0, (h[1].pss_kb[p] - h[0].pss_kb[p]) / 1024.0, acc);
 	}
+	if (h[1].accel[0] > 0 && h[1].accel[1] > 0)
+		printf("   %6d   more per connection on shm/verbs: client %.1f fds %.0f KiB, "
+		       "server %.1f fds %.0f KiB\n", n,
+		       (double)(h[1].fds[0] - h[0].fds[0]) / h[1].accel[0],
+		       (double)(h[1].pss_kb[0] - h[0].pss_kb[0]) / h[1].accel[0],
+		       (double)(h[1].fds[1] - h[0].fds[1]) / h[1].accel[1],
+		       (double)(h[1].pss_kb[1] - h[0].pss_kb[1]) / h[1].accel[1]);
 	for (int w = 0; w < 2; w++)
 		if (h[w].conns < n)
 			printf("   (the %s client opened %d of %d connections: %s)\n",
@@ -199,8 +206,8 @@ static void measure_hold(const struct bench_opts *o, struct bench_scale *sc)
 
 	printf("\n== %d and %d connections between one client and one server process: "
 	       "descriptors and PSS (one run each, on this host)\n", hold_n[0], hold_n[1]);
-	printf("   (each connection 64 B each way, again once all are open; then both "
-	       "processes wait and /proc is read)\n");
+	printf("   (64 B each way on each connection, and once all are open again every 0.2 s "
+	       "on those not yet moved;\n   then both processes wait and /proc is read)\n");
 	if (o->peer) {
 		printf("   not measured: both processes must be on this host (not with --peer)\n");
 		return;

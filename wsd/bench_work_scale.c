@@ -6,15 +6,15 @@
  *   hold-srv HOST N SECS                answer up to N connections, echo 64 B
  *   hold-cli HOST PORT N SECS           open N connections, 64 B each way on
  *                                       each, again once all are open; wait
+ *                                       (see hold_cli)
  *   msg-srv  HOST CONNS SIZE            echo SIZE-byte requests on CONNS
  *   msg-cli  HOST PORT CONNS SIZE WARM_MS RUN_MS
  *                                       one request outstanding per connection
  *
  * hold-cli opens its connections within 0.4 SECS and lets the switch move
- * them until 0.8 SECS at most (or until none has moved for 2 s), then asks
- * the server how many of its own are on shm or verbs (a "COUNT" message:
- * the server prints "ready ...") and prints "ready conns K of N accel A
- * pid P err E".  Both then stay
+ * them until 0.8 SECS at most, then asks the server how many of its own
+ * are on shm or verbs (a "COUNT" message: the server prints "ready ...")
+ * and prints "ready conns K of N accel A pid P err E".  Both then stay
  * until SIGTERM (or SECS + 10 s: alarm), so that the bench can read their
  * descriptors and memory from /proc.  Each raises its descriptor limit to
  * 2 N + 100 first.  The msg workers run one thread on epoll each.
@@ -87,13 +87,16 @@ static int count_fast(const int *fds, int n)
 	return k;
 }
 
-/* One HOLD_MSG message each way on fd, the client's side: 0 or -1. */
+/* One HOLD_MSG message each way on fd, the client's side: 0, or an errno value. */
 static int ask(int fd, const char *what)
 {
 	char b[HOLD_MSG] = { 0 };
 
 	snprintf(b, sizeof(b), "%s", what);
-	return bench_full(fd, b, sizeof(b), true) || bench_full(fd, b, sizeof(b), false) ? -1 : 0;
+	errno = 0;
+	if (bench_full(fd, b, sizeof(b), true) || bench_full(fd, b, sizeof(b), false))
+		return errno ? errno : ECONNRESET;      /* 0: the end of the stream */
+	return 0;
 }
 
 /*
@@ -166,45 +169,47 @@ static int hold_srv(char **a, int n)
 static int hold_cli(char **a, int n)
 {
 	int want = n > 3 ? atoi(a[2]) : 0, secs = n > 3 ? atoi(a[3]) : 0, k = 0, err = 0;
-	int fast = 0, *fds;
-	double t0 = bench_now(), seen;
+	int io = 0, fast = 0, *fds;
+	double t0 = bench_now();
+	bool plain;
 
 	if (want < 1 || secs < 1 || !(fds = malloc(sizeof(*fds) * (size_t)want)))
 		return 2;
 	raise_nofile(want);
 	bound(secs + 10);
 	for (; k < want && bench_now() - t0 < 0.4 * secs; k++) {
-		errno = 0;
 		fds[k] = bench_try_connect(a[0], atoi(a[1]));
-		if (fds[k] < 0 || ask(fds[k], "HELLO")) {
-			err = errno ? errno : ECONNRESET;
+		err = fds[k] < 0 ? errno : ask(fds[k], "HELLO");
+		if (err) {
 			if (fds[k] >= 0)
 				close(fds[k]);
 			break;
 		}
 	}
-	/* a switch that waits for a connection to age moves it at its next call */
-	for (int i = 0; i < k; i++)
-		if ((errno = 0) || ask(fds[i], "AGAIN")) {
-			err = errno ? errno : ECONNRESET;
-			break;
-		}
-	/* until all are moved, or none was for 2 s, or 0.8 SECS */
-	seen = bench_now();
-	while (k && strcmp(bench_path_of(fds[0]), "none") && bench_now() - t0 < 0.8 * secs) {
-		int now = count_fast(fds, k);
+	/*
+	 * Once all are open, 64 B each way again on each connection not on shm
+	 * or verbs, every 0.2 s: a switch that waits for a connection to age
+	 * moves it at its next call, and one that has made the new path ready
+	 * moves the data over at the next call.  Until all are moved, or none
+	 * was for 2 s, or 0.8 SECS; plain, once.
+	 */
+	plain = !k || !strcmp(bench_path_of(fds[0]), "none");
+	for (double seen = bench_now(); !io; usleep(200000)) {
+		int now;
 
+		for (int i = 0; i < k && !io; i++)
+			if (!bench_fast(bench_path_of(fds[i])))
+				io = ask(fds[i], "AGAIN");
+		now = count_fast(fds, k);
 		if (now != fast)
 			seen = bench_now();
 		fast = now;
-		if (fast == k || bench_now() - seen > 2.0)
+		if (plain || fast == k || bench_now() - seen > 2.0 || bench_now() - t0 > 0.8 * secs)
 			break;
-		usleep(100000);
 	}
-	fast = count_fast(fds, k);
-	errno = 0;
-	if (k && ask(fds[0], "COUNT"))
-		err = errno ? errno : ECONNRESET;
+	if (!io && k)
+		io = ask(fds[0], "COUNT");
+	err = io ? io : err;
 	printf("ready conns %d of %d accel %d pid %d err %d\n", k, want, fast, (int)getpid(), err);
 	fflush(stdout);
 	waiting = 1;
