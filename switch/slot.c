@@ -143,8 +143,11 @@ void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
 	ss->peer_map = wsd_chan_peer_slot(ss->ch, h);
 	/* a mapped ring is used a window at a time, its pages taken as it grows */
 	ss->tx_win = ss->peer_map ? WIN_MIN : ss->peer_ring;
-	if (!ss->peer_map && stage_registered(ss))
-		ss->peer_known = ss->peer_known;   /* put_word fails: the session breaks */
+	/* no staging: the words below fail, and so does the session's first record */
+	if (!ss->peer_map)
+		(void)stage_registered(ss);
+	/* whether the peer's sends to us are stores or RDMA (zc_threshold) */
+	put_word(ss, W_MU, CW_MAPPED, ss->peer_map ? 1 : 2);
 }
 
 /* The peer learnt our slot (its answer came, or ours went): it may write there. */

@@ -1,0 +1,583 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The listening side of the upgrade (wsd-protocol(7), "Handshake",
+ * "Channels").  A listening socket registers its port with the SPI (an
+ * acceptor thread per port); a connect request's HELLO, or an OPEN on a
+ * channel, is matched against the connections the program accepted, or
+ * waits for its accept (at most MAX_PENDING, PENDING_MS each), and is
+ * answered ACCEPT/OPENED or REFUSE/DECLINE.  Locks: pend_lock guards the
+ * requests in hand; up_lock the registry list.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "provider/fault.h"
+#include "provider/internal.h"
+#include "switch/chan.h"
+#include "switch/session.h"
+#include "switch/upgrade_int.h"
+
+/* ---- the listening side ---------------------------------------------------------- */
+
+struct reg {
+	struct reg *next;
+	uint16_t port;
+	int refs;
+	SOCKET ls;
+	/*
+	 * When the last listener on the port closed (ms clock), or 0.  The
+	 * registry stays a while after: connections accepted before the close
+	 * upgrade later (one-shot servers close the listener at once).
+	 */
+	_Atomic int64_t closed_at;
+};
+
+#define REG_GRACE_MS 10000
+
+/* What the acceptor's condition function learnt of the request it took. */
+struct acceptor_req {
+	uint16_t port;               /* the registry's */
+	struct wsd_tuple t;
+};
+
+/*
+ * A request waiting for the program's accept: a HELLO on a new SPI
+ * connection (ws; ch NULL), or an OPEN on a channel (ch held; req).
+ */
+struct pending {
+	struct pending *next;
+	SOCKET ws;
+	struct wsd_chan *ch;
+	uint64_t req;
+	struct wsd_hello h;
+	struct wsd_tuple t;
+	uint64_t when_ms;
+};
+
+static struct reg *regs;
+static struct pending *pendings;
+static int npending;                 /* pend_lock */
+static _Atomic int handshakes;       /* take_hello threads running */
+pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The accepted connection a connect request names, held, or NULL. */
+struct find { const struct wsd_tuple *t; struct wsd_sock *found; };
+
+static void match(int fd, struct wsd_sock *s, void *arg)
+{
+	struct find *f = arg;
+
+	(void)fd;
+	if (f->found || s->listening || s->connected_side)
+		return;
+	/* accept() leaves the tuple to be learnt here, off the application's path */
+	if (!s->tuple_known && learn_tuple(s))
+		return;
+	if (same(&s->stat->local, &f->t->server) && same(&s->stat->peer, &f->t->client)) {
+		wsd_sock_hold(s);
+		f->found = s;
+	}
+}
+
+/*
+ * Urgent data waits on the socket: its sender's kernel counted a byte that
+ * our stream never shows (it is out of band), so no handover count could
+ * be right.  Such a connection stays on TCP (libwsd(7), MSG_OOB).
+ */
+bool urgent_seen(const struct wsd_sock *s)
+{
+	struct pollfd p = { .fd = s->fd, .events = POLLPRI };
+
+	return real.poll(&p, 1, 0) > 0 && (p.revents & POLLPRI);
+}
+
+/*
+ * The request to answer: a HELLO on a new SPI connection (ws), which makes
+ * a channel, or an OPEN on a channel (ch, req).
+ */
+struct request {
+	SOCKET ws;
+	struct wsd_chan *ch;
+	uint64_t req;
+	const struct wsd_hello *h;
+};
+
+static void answer_no(const struct request *q, enum wsd_reason why)
+{
+	if (q->ch)
+		decline(q->ch, q->req, why);
+	else
+		refuse(q->ws, why);
+}
+
+static void server_attach(struct wsd_sock *s, const struct request *q)
+{
+	struct wsd_session *ss;
+	struct wsd_chan *ch = q->ch;
+	struct wsd_chmsg a = { 0 };
+	int expect = UP_NONE;
+	enum wsd_reason why;
+	long ms;
+
+	if (urgent_seen(s)) {
+		answer_no(q, R_UNSUPPORTED);
+		set_reason(s, R_UNSUPPORTED);
+		return;
+	}
+	if (s->no_upgrade || !atomic_compare_exchange_strong(&s->upgrade_state, &expect,
+							      UP_RUNNING)) {
+		answer_no(q, s->no_upgrade ? (enum wsd_reason)s->why_not : R_REFUSED);
+		return;
+	}
+	why = R_RESOURCES;
+	if (!wsd_guard_room(ch ? 0 : UPGRADE_FDS, ch ? SLOT_BYTES : upgrade_bytes()))
+		goto no;
+	why = R_PROVIDER;
+	if (!ch && !(ch = wsd_chan_new(q->ws, path_of(q->ws), false, NULL)))
+		goto no;
+	ss = wsd_session_new(ch);
+	if (!ss) {
+		if (!q->ch)
+			wsd_chan_put(ch);   /* closes q->ws with it: refused below, on nothing */
+		goto no_ch;
+	}
+	wsd_session_peer(ss, q->h);
+	wsd_session_hello(ss, &a.h, q->ch ? MSG_OPENED : MSG_ACCEPT);
+	a.req = q->req;
+	if (wsd_fault("accept-delay", &ms))
+		usleep((useconds_t)ms * 1000);
+	if (q->ch ? wsd_chan_send(ch, &a) : send_msg(q->ws, &a.h)) {
+		wsd_session_free(ss);
+		if (!q->ch)
+			wsd_chan_put(ch);
+		atomic_store(&s->upgrade_state, UP_FAILED);
+		set_reason(s, R_PROVIDER);
+		return;
+	}
+	wsd_session_known(ss);
+	if (!q->ch) {
+		wsd_chan_start(ch, q->h->pid);
+		wsd_chan_put(ch);   /* the session holds it */
+	}
+	wsd_session_attach(s, ss);
+	return;
+no:
+	answer_no(q, why);
+	atomic_store(&s->upgrade_state, UP_FAILED);
+	set_reason(s, why);
+	return;
+no_ch:
+	if (q->ch)
+		decline(q->ch, q->req, R_PROVIDER);
+	else
+		wsd_stat_refused(R_PROVIDER);
+	atomic_store(&s->upgrade_state, UP_FAILED);
+	set_reason(s, R_PROVIDER);
+}
+
+/*
+ * The acceptor's condition function: a request is taken only when its
+ * connect data names a TCP connection to this listener's port.  Another
+ * version of the protocol is taken too, to be told so (take_hello).
+ */
+static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *gqos,
+		      WSABUF *callee_id, WSABUF *callee_data, unsigned *g, uintptr_t arg)
+{
+	struct acceptor_req *a = (struct acceptor_req *)arg;
+
+	(void)caller_id; (void)sqos; (void)gqos; (void)callee_id; (void)g;
+	const char *why;
+
+	callee_data->len = 0;
+	/* another version is taken, to be refused with reason protocol (take_hello) */
+	if ((wsd_wire_tuple_check(caller_data ? caller_data->buf : NULL,
+				  caller_data ? caller_data->len : 0, &a->t, &why) == -EPROTO) ||
+	    a->t.server.port != a->port) {
+		wsd_debug("switch: a connect request refused: %s", a->t.server.port != a->port ?
+			  "tuple: not this port" : why);
+		wsd_stat_refused(R_PROTOCOL);
+		return CF_REJECT;
+	}
+	return CF_ACCEPT;
+}
+
+/* pend_lock held: HELLOs that waited too long, unlinked onto *old. */
+static void pending_expire(uint64_t now, struct pending **old)
+{
+	struct pending **pp, *p;
+
+	for (pp = &pendings; (p = *pp);) {
+		if (now - p->when_ms > PENDING_MS) {
+			*pp = p->next;
+			p->next = *old;
+			*old = p;
+			npending--;
+		} else {
+			pp = &p->next;
+		}
+	}
+}
+
+static void pending_refuse(struct pending *old)
+{
+	while (old) {
+		struct pending *p = old->next;
+
+		if (old->ch) {
+			decline(old->ch, old->req, R_NO_MATCH);
+			wsd_chan_put(old->ch);
+		} else {
+			refuse(old->ws, R_NO_MATCH);
+		}
+		free(old);
+		old = p;
+	}
+}
+
+static void take_hello(SOCKET ws, const struct wsd_tuple *t)
+{
+	struct wsd_hello h;
+	struct find f = { t, NULL };
+	struct pending *p = NULL, *old = NULL;
+	bool full = false;
+	const char *why;
+	int e;
+
+	if (recv_msg(&ws, &h, ANSWER_MS) || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
+		if (ws != INVALID_SOCKET)
+			drop(ws);
+		else
+			wsd_stat_refused(R_PROTOCOL);
+		return;
+	}
+	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
+	e = wsd_wire_hello_check(&h, MSG_HELLO, &why);
+	if (e || t->version != WSD_PROTO_VERSION) {
+		wsd_debug("switch: a HELLO refused: %s", e ? why : "tuple: another version");
+		refuse(ws, R_PROTOCOL);
+		return;
+	}
+	pthread_mutex_lock(&pend_lock);
+	wsd_fd_each(match, &f);
+	if (!f.found) {
+		pending_expire((uint64_t)wsd_now_ms(), &old);
+		full = npending >= MAX_PENDING;
+		p = full ? NULL : calloc(1, sizeof(*p));
+		if (p) {
+			p->ws = ws;
+			p->h = h;
+			p->t = *t;
+			p->when_ms = (uint64_t)wsd_now_ms();
+			p->next = pendings;
+			pendings = p;
+			npending++;
+		}
+	}
+	pthread_mutex_unlock(&pend_lock);
+	pending_refuse(old);
+	if (f.found) {
+		server_attach(f.found, &(struct request){ .ws = ws, .h = &h });
+		wsd_sock_put(f.found);
+	} else if (!p) {
+		refuse(ws, full ? R_BUSY : R_PROVIDER);
+	}
+}
+
+/* An OPEN on a channel: as a HELLO, without a new SPI connection. */
+void wsd_upgrade_on_open(struct wsd_chan *ch, const struct wsd_chmsg *m)
+{
+	struct find f = { &m->t, NULL };
+	struct pending *p = NULL, *old = NULL;
+	bool full = false;
+
+	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
+	pthread_mutex_lock(&pend_lock);
+	wsd_fd_each(match, &f);
+	if (!f.found) {
+		pending_expire((uint64_t)wsd_now_ms(), &old);
+		full = npending >= MAX_PENDING;
+		p = full ? NULL : calloc(1, sizeof(*p));
+		if (p) {
+			wsd_chan_hold(ch);
+			p->ch = ch;
+			p->ws = INVALID_SOCKET;
+			p->req = m->req;
+			p->h = m->h;
+			p->t = m->t;
+			p->when_ms = (uint64_t)wsd_now_ms();
+			p->next = pendings;
+			pendings = p;
+			npending++;
+		}
+	}
+	pthread_mutex_unlock(&pend_lock);
+	pending_refuse(old);
+	if (f.found) {
+		server_attach(f.found, &(struct request){ .ch = ch, .req = m->req, .h = &m->h });
+		wsd_sock_put(f.found);
+	} else if (!p) {
+		decline(ch, m->req, full ? R_BUSY : R_PROVIDER);
+	}
+}
+
+struct handshake {
+	SOCKET ws;
+	struct wsd_tuple t;
+};
+
+static void *handshake_main(void *arg)
+{
+	struct handshake *hs = arg;
+
+	take_hello(hs->ws, &hs->t);
+	free(hs);
+	atomic_fetch_sub(&handshakes, 1);
+	return NULL;
+}
+
+/* The request's HELLO is awaited on a thread of its own, within the caps. */
+static void handshake_start(SOCKET ws, const struct wsd_tuple *t)
+{
+	struct handshake *hs = NULL;
+	pthread_attr_t at;
+	pthread_t th;
+	bool ok = false;
+
+	if (atomic_fetch_add(&handshakes, 1) < MAX_HANDSHAKES && (hs = malloc(sizeof(*hs)))) {
+		hs->ws = ws;
+		hs->t = *t;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		ok = pthread_create(&th, &at, handshake_main, hs) == 0;
+		pthread_attr_destroy(&at);
+	}
+	if (!ok) {
+		free(hs);
+		atomic_fetch_sub(&handshakes, 1);
+		refuse(ws, R_BUSY);
+	}
+}
+
+static void *acceptor(void *arg)
+{
+	struct reg *r = arg;
+	struct acceptor_req a = { .port = r->port };
+	int err;
+
+	for (;;) {
+		SOCKET ws;
+		int64_t closed;
+
+		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_idle) */
+		ws = procs.lpWSPAccept(r->ls, NULL, NULL, on_request, (uintptr_t)&a, &err);
+		atomic_fetch_add(&wsd_threads_busy, 1);
+		closed = atomic_load(&r->closed_at);
+
+		if (closed && wsd_now_ms() - closed > REG_GRACE_MS) {
+			struct reg **pp;
+			bool gone = false;
+
+			pthread_mutex_lock(&up_lock);
+			if (atomic_load(&r->closed_at)) {   /* not revived meanwhile */
+				for (pp = &regs; *pp; pp = &(*pp)->next)
+					if (*pp == r) {
+						*pp = r->next;
+						break;
+					}
+				gone = true;
+			}
+			pthread_mutex_unlock(&up_lock);
+			if (gone) {
+				if (ws != INVALID_SOCKET)
+					refuse(ws, R_REFUSED);
+				break;
+			}
+		}
+		if (ws == INVALID_SOCKET) {
+			if (err == WSAENETDOWN || err == WSAENOTSOCK)
+				break;
+			continue;
+		}
+		handshake_start(ws, &a.t);
+	}
+	procs.lpWSPCloseSocket(r->ls, &err);
+	free(r);
+	atomic_fetch_sub(&wsd_threads_busy, 1);
+	return NULL;
+}
+
+void wsd_upgrade_listen(struct wsd_sock *s)
+{
+	struct sockaddr_storage a;
+	socklen_t al = sizeof(a);
+	/*
+	 * The registry takes the listener's family: an IPv6 wildcard takes
+	 * IPv4 requests too (rdma_cm, as TCP, unless bindv6only), as the
+	 * program's IPv6 socket takes IPv4 connections.
+	 */
+	struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+	struct sockaddr_in any4 = { .sin_family = AF_INET };
+	struct wsd_stat_addr sa;
+	struct reg *r;
+	pthread_attr_t at;
+	pthread_t t;
+	int err;
+
+	s->listening = true;
+	if (getsockname(s->fd, (struct sockaddr *)&a, &al))
+		return;
+	to_addr(&a, &sa);
+	wsd_stat_begin(s->stat);
+	s->stat->local = sa;
+	s->stat->listening = 1;
+	s->stat->reason = R_LISTENER;
+	wsd_stat_end(s->stat);
+	if (!wsd_switch_params()->enabled)
+		return;
+	if (!wsd_guard_room(START_FDS, 0)) {
+		set_reason(s, R_RESOURCES);
+		wsd_debug("switch: the listener on port %u stays plain: near the descriptor limit",
+			  sa.port);
+		return;
+	}
+	if (!wsd_spi())
+		return;
+	pthread_mutex_lock(&up_lock);
+	for (r = regs; r; r = r->next)
+		if (r->port == sa.port)
+			break;
+	if (r) {
+		r->refs++;
+		atomic_store(&r->closed_at, 0);
+		pthread_mutex_unlock(&up_lock);
+		return;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		goto out;
+	r->port = sa.port;
+	r->refs = 1;
+	r->ls = procs.lpWSPSocket(a.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	any4.sin_port = any6.sin6_port = htons(sa.port);
+	if (r->ls == INVALID_SOCKET ||
+	    procs.lpWSPBind(r->ls, a.ss_family == AF_INET6 ? (struct sockaddr *)&any6
+							  : (struct sockaddr *)&any4,
+			    a.ss_family == AF_INET6 ? sizeof(any6) : sizeof(any4), &err) ||
+	    /* connectors check that we hold this TCP listener (wsd-protocol(7)) */
+	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_TCP_LISTENER, &s->fd, sizeof(s->fd),
+				  &err) ||
+	    procs.lpWSPListen(r->ls, 128, &err)) {
+		/* another process has this port's registry (SO_REUSEPORT): stay plain */
+		wsd_debug("switch: no registry for port %u (%d)", sa.port, err);
+		if (r->ls != INVALID_SOCKET)
+			procs.lpWSPCloseSocket(r->ls, &err);
+		free(r);
+		goto out;
+	}
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
+	if (pthread_create(&t, &at, acceptor, r)) {
+		atomic_fetch_sub(&wsd_threads_busy, 1);
+		procs.lpWSPCloseSocket(r->ls, &err);
+		free(r);
+	} else {
+		r->next = regs;
+		regs = r;
+	}
+	pthread_attr_destroy(&at);
+out:
+	pthread_mutex_unlock(&up_lock);
+}
+
+void wsd_upgrade_unlisten(struct wsd_sock *s)
+{
+	struct reg **pp, *r;
+
+	if (!s->listening)
+		return;
+	pthread_mutex_lock(&up_lock);
+	for (pp = &regs; (r = *pp); pp = &r->next) {
+		if (r->port != s->stat->local.port)
+			continue;
+		if (r->refs > 0 && --r->refs == 0)
+			atomic_store(&r->closed_at, wsd_now_ms());   /* the acceptor ends it */
+		break;
+	}
+	pthread_mutex_unlock(&up_lock);
+}
+
+void wsd_upgrade_accepted(struct wsd_sock *s)
+{
+	struct pending **pp, *p, *hit = NULL, *old = NULL;
+
+	pthread_mutex_lock(&pend_lock);
+	if (!pendings) {
+		pthread_mutex_unlock(&pend_lock);
+		return;
+	}
+	pthread_mutex_unlock(&pend_lock);
+	if (learn_tuple(s))
+		return;
+	pthread_mutex_lock(&pend_lock);
+	pending_expire((uint64_t)wsd_now_ms(), &old);
+	for (pp = &pendings; (p = *pp); pp = &p->next) {
+		if (same(&s->stat->local, &p->t.server) && same(&s->stat->peer, &p->t.client)) {
+			*pp = p->next;
+			hit = p;
+			npending--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&pend_lock);
+	pending_refuse(old);
+	if (hit) {
+		server_attach(s, &(struct request){ .ws = hit->ws, .ch = hit->ch, .req = hit->req,
+						     .h = &hit->h });
+		wsd_chan_put(hit->ch);
+		free(hit);
+	}
+}
+
+/* The channel died: the OPENs on it waiting for an accept go (no answer can reach it). */
+void accept_chan_dead(struct wsd_chan *ch)
+{
+	struct pending *drop_p = NULL;
+
+	pthread_mutex_lock(&pend_lock);
+	for (struct pending **pp = &pendings; *pp;) {
+		struct pending *p = *pp;
+
+		if (p->ch == ch) {
+			*pp = p->next;
+			p->next = drop_p;
+			drop_p = p;
+			npending--;
+		} else {
+			pp = &p->next;
+		}
+	}
+	pthread_mutex_unlock(&pend_lock);
+	while (drop_p) {
+		struct pending *p = drop_p;
+
+		drop_p = p->next;
+		wsd_chan_put(p->ch);
+		free(p);
+	}
+}
+
+/* fork, in the child: no acceptor threads, no requests in hand. */
+void accept_atfork_child(void)
+{
+	pthread_mutex_init(&pend_lock, NULL);
+	regs = NULL;
+	pendings = NULL;
+	npending = 0;
+	atomic_store(&handshakes, 0);
+}

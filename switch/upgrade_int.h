@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The upgrade's internal declarations, shared by upgrade.c (parameters,
+ * the SPI instance, addresses, handshake messages, fork), accept.c (the
+ * listening side) and connect.c (the connecting side).
+ */
+#ifndef WSD_SWITCH_UPGRADE_INT_H
+#define WSD_SWITCH_UPGRADE_INT_H
+
+#include "switch/chan.h"
+#include "switch/session.h"
+
+#define ANSWER_MS 5000               /* each side waits this for the other's message */
+#define PENDING_MS 10000             /* a HELLO waits this for the application's accept */
+/*
+ * Requests a process has in hand at once: handshakes waiting for their
+ * HELLO (each on a thread of its own, so that a silent one delays nobody
+ * else), and HELLOs waiting for the program's accept.  Past these the
+ * registry answers REFUSE busy at once: a peer cannot make it hold more
+ * provider connections or memory than this.
+ */
+#define MAX_HANDSHAKES 32
+#define MAX_PENDING 64
+
+/*
+ * What an upgrade costs the process: a new channel (measured: 9
+ * descriptors for its provider connection, memory, eventfds and completion
+ * path; about as many for the provider's start and a listener's registry
+ * entry) and its rings' memory; a connection on a channel that exists
+ * takes no descriptor, and its ring's pages only as it uses them.  The
+ * switch takes them only with room to spare (wsd_guard_room).
+ */
+#define UPGRADE_FDS 10
+#define START_FDS 12
+#define upgrade_bytes() (2 * (uint64_t)wsd_switch_params()->ring_size + (1u << 20))
+#define SLOT_BYTES ((uint64_t)64 << 10)
+
+extern pthread_mutex_t up_lock;      /* the SPI's start, the registry list, the job queue */
+extern pthread_mutex_t pend_lock;    /* requests in hand, both sides */
+extern WSPPROC_TABLE procs;
+extern WSAPROTOCOL_INFO proto;
+
+void set_reason(struct wsd_sock *s, enum wsd_reason r);
+/* An address as wsd stat keeps it (an IPv4-mapped IPv6 one as IPv4). */
+void to_addr(const struct sockaddr_storage *ss, struct wsd_stat_addr *a);
+/* The 4-tuple of a connected socket, learnt once (and published). */
+int learn_tuple(struct wsd_sock *s);
+bool same(const struct wsd_stat_addr *a, const struct wsd_stat_addr *b);
+int send_msg(SOCKET ws, struct wsd_hello *h);
+int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms);
+enum wsd_path path_of(SOCKET ws);
+void refuse(SOCKET ws, enum wsd_reason why);
+void decline(struct wsd_chan *ch, uint64_t req, enum wsd_reason why);
+void drop(SOCKET ws);
+/* Urgent data waits on the socket: no handover count could be right. */
+bool urgent_seen(const struct wsd_sock *s);
+
+void accept_chan_dead(struct wsd_chan *ch);
+void accept_atfork_child(void);
+void connect_atfork_child(void);
+
+#endif /* WSD_SWITCH_UPGRADE_INT_H */
