@@ -38,8 +38,9 @@ struct wsd_session {
 	uint64_t peer_base;          /* RDMA writes: the slot's offset in the registration */
 	bool peer_known;             /* we know the peer's slot (and write it: SHUT at the end) */
 	bool slot_known;             /* the peer knows ours (and may write it) */
-	/* the sender's window over a mapped ring (tx_lock): records go below
-	 * it, the rest of the ring untouched (wsd-protocol(7), "Windows") */
+	/* a mapped ring's pages (tx_lock): past the first page since the last
+	 * give-back (tx_win > FIRST_PAGE_RING), and when a record last went to
+	 * a new page (wsd-protocol(7), "Pages on demand") */
 	uint32_t tx_win;
 	int64_t tx_grown_ms;
 	uint32_t peer_ring;

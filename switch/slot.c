@@ -29,12 +29,14 @@
 /* ---- the session object ---------------------------------------------------- */
 
 /*
- * The smallest window a sender uses (wsd-protocol(7), "Windows"): what is
- * left of the page holding the control words.  A connection that carries
- * little touches that one page of the receiver's slot.
+ * Pages of the peer's ring (wsd-protocol(7), "Pages on demand"): nothing
+ * is populated ahead, so a connection that carries little touches only the
+ * page holding the control words and the ring's first bytes.  A sender
+ * whose records went past that page gives the ring's other pages back once
+ * it has been idle IDLE_MS with the ring empty.
  */
-#define WIN_MIN (WSD_SEG_PAGE - CTL_SIZE)
-#define WIN_IDLE_MS 1000             /* a window idle this long shrinks back */
+#define FIRST_PAGE_RING (WSD_SEG_PAGE - CTL_SIZE)
+#define IDLE_MS 1000
 
 struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 {
@@ -141,8 +143,7 @@ void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
 	ss->peer_base = h->slot_off;
 	ss->peer_known = true;
 	ss->peer_map = wsd_chan_peer_slot(ss->ch, h);
-	/* a mapped ring is used a window at a time, its pages taken as it grows */
-	ss->tx_win = ss->peer_map ? WIN_MIN : ss->peer_ring;
+	ss->tx_win = FIRST_PAGE_RING;   /* nothing stored past the first page yet */
 	/* no staging: the words below fail, and so does the session's first record */
 	if (!ss->peer_map)
 		(void)stage_registered(ss);
@@ -156,36 +157,31 @@ void wsd_session_known(struct wsd_session *ss)
 	ss->slot_known = true;
 }
 
-/*
- * tx_lock held: the window grows (doubling, to the ring) when a record
- * does not fit it.  Its new pages come as records are stored there.
- */
-bool wsd_session_grow(struct wsd_session *ss)
+/* tx_lock held: a record was stored at ring offset off (size bytes). */
+void wsd_session_touched(struct wsd_session *ss, uint64_t off, uint32_t size)
 {
-	uint32_t win;
+	uint64_t end = CTL_SIZE + off + size;
 
-	if (ss->tx_win >= ss->peer_ring)
-		return false;
-	win = (ss->tx_win + CTL_SIZE) * 2 - CTL_SIZE;
-	if (win > ss->peer_ring)
-		win = ss->peer_ring;
-	ss->tx_win = win;
-	ss->tx_grown_ms = wsd_now_ms();
-	return true;
+	if (end <= WSD_SEG_PAGE)
+		return;
+	ss->tx_win = ss->peer_ring;   /* pages past the first: given back when idle */
+	if ((CTL_SIZE + off) / WSD_SEG_PAGE != (end - 1) / WSD_SEG_PAGE || !ss->tx_grown_ms)
+		ss->tx_grown_ms = wsd_now_ms();
 }
 
 /*
- * tx_lock held: an idle window gives its pages back (the ring is empty: the
- * receiver reads nothing there), keeping the page the next record goes to.
+ * tx_lock held: an idle ring gives its pages back (it is empty: the
+ * receiver reads nothing there), keeping the first page and the one the
+ * next record goes to.
  */
 void wsd_session_shrink(struct wsd_session *ss, int64_t now)
 {
 	uint64_t at = ss->tx_pos % ss->peer_ring + CTL_SIZE;
-	size_t lo = WSD_SEG_PAGE, hi = (CTL_SIZE + ss->tx_win + WSD_SEG_PAGE - 1) &
+	size_t lo = WSD_SEG_PAGE, hi = (CTL_SIZE + ss->peer_ring + WSD_SEG_PAGE - 1) &
 				       ~(size_t)(WSD_SEG_PAGE - 1);
 	size_t keep = at & ~(size_t)(WSD_SEG_PAGE - 1);
 
-	if (!ss->peer_map || ss->tx_win <= WIN_MIN || now - ss->tx_grown_ms < WIN_IDLE_MS ||
+	if (!ss->peer_map || ss->tx_win <= FIRST_PAGE_RING || now - ss->tx_grown_ms < IDLE_MS ||
 	    ctl_get(ss, CW_CONSUMED) != ss->tx_pos)
 		return;
 	if (keep >= lo && keep < hi) {
@@ -195,7 +191,8 @@ void wsd_session_shrink(struct wsd_session *ss, int64_t now)
 	}
 	if (hi > lo)
 		madvise(ss->peer_map + lo, hi - lo, MADV_REMOVE);
-	ss->tx_win = WIN_MIN;
+	ss->tx_win = FIRST_PAGE_RING;
+	ss->tx_grown_ms = 0;
 }
 
 /* The channel's sweep (its mu held): a window idle a while shrinks. */
@@ -203,7 +200,7 @@ void wsd_session_sweep(struct wsd_session *ss, int64_t now)
 {
 	struct wsd_sock *s = ss->sock;
 
-	if (!s || ss->tx_win <= WIN_MIN || now - ss->tx_grown_ms < WIN_IDLE_MS ||
+	if (!s || !ss->peer_map || ss->tx_win <= FIRST_PAGE_RING || now - ss->tx_grown_ms < IDLE_MS ||
 	    pthread_mutex_trylock(&s->tx_lock))
 		return;
 	if (s->sess == ss && s->tx_mode == DIR_RING && !s->detached)

@@ -106,6 +106,15 @@ static int accepted(int lfd, int fd, int flags)
 	wsd_sock_put(l);
 	if (s) {
 		s->nonblock = flags & SOCK_NONBLOCK;
+		/*
+		 * Accepted onto 0, 1 or 2 (inetd's way): stdio moves its bytes
+		 * unseen, so it never upgrades; an OPEN that came first is
+		 * declined here rather than attached and then taken back.
+		 */
+		if (fd <= 2) {
+			s->no_upgrade = true;
+			s->why_not = R_UNSUPPORTED;
+		}
 		wsd_fd_set(fd, s);
 		wsd_upgrade_accepted(s);
 		wsd_sock_put(s);

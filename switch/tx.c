@@ -33,42 +33,17 @@ static uint32_t max_payload(struct wsd_session *ss)
 }
 
 /*
- * Where records may end in the peer's ring: below the window, with room
- * left for the PAD header that wraps; the whole ring once the window is.
- */
-static uint64_t win_lim(const struct wsd_session *ss)
-{
-	return ss->tx_win >= ss->peer_ring ? ss->peer_ring : ss->tx_win - REC_HDR;
-}
-
-/* A record of size bytes at tx_pos within the window (with its pad), given room. */
-static bool fits_win(struct wsd_session *ss, uint64_t size, uint64_t room)
-{
-	uint64_t off = ss->tx_pos % ss->peer_ring, lim = win_lim(ss);
-
-	if (size > lim)
-		return false;
-	return room >= size + (off + size > lim ? ss->peer_ring - off : 0);
-}
-
-/*
  * tx_lock held.  Room for a record of len payload bytes at tx_pos, with the
- * pad to the ring's end if it does not fit before it: in the window, or
- * in the whole ring, as the window may grow to (write_record grows it).
- * FIN and SWITCH may use the reserve.
+ * pad to the ring's end if it does not fit before it.  FIN and SWITCH may
+ * use the reserve.
  */
 bool fits(struct wsd_session *ss, uint32_t len, bool reserve)
 {
 	uint64_t off = ss->tx_pos % ss->peer_ring, need = rec_size(len);
-	uint64_t room = tx_room(ss), res = reserve ? 0 : REC_RESERVE;
 
-	if (room < res)
-		return false;
-	if (fits_win(ss, need, room - res))
-		return true;
 	if (off + need > ss->peer_ring)
 		need += ss->peer_ring - off;
-	return room >= need + res;
+	return tx_room(ss) >= need + (reserve ? 0 : REC_RESERVE);
 }
 
 /*
@@ -120,13 +95,9 @@ int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t l
 	uint64_t off = ss->tx_pos % ss->peer_ring;
 	uint32_t size = rec_size(len);
 	struct wsd_rec *h = (struct wsd_rec *)ss->stage;
-	uint64_t room = tx_room(ss);
 	int r;
 
-	/* a window too small for the record, or full: it grows (fits() allowed for that) */
-	while (!fits_win(ss, size, room) && wsd_session_grow(ss))
-		;
-	if (off + size > win_lim(ss)) {
+	if (off + size > ss->peer_ring) {
 		uint32_t pad = (uint32_t)(ss->peer_ring - off);
 
 		h->len = pad;
@@ -156,6 +127,7 @@ int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t l
 	}
 	if (ss->peer_map) {
 		store_record(ss, off, size, c, len, inline_payload);
+		wsd_session_touched(ss, off, size);
 		ss->tx_pos += size;
 		return 0;
 	}
