@@ -239,12 +239,49 @@ static void pending_refuse(struct pending *old)
 	}
 }
 
-static void take_hello(SOCKET ws, const struct wsd_tuple *t)
+/*
+ * A request that passed its checks: attached to the accepted connection it
+ * names, or kept until the program accepts it (within the caps).
+ */
+static void take_request(const struct request *q, const struct wsd_tuple *t)
 {
-	struct wsd_hello h;
 	struct find f = { t, NULL };
 	struct pending *p = NULL, *old = NULL;
 	bool full = false;
+
+	pthread_mutex_lock(&pend_lock);
+	wsd_fd_each(match, &f);
+	if (!f.found) {
+		pending_expire((uint64_t)wsd_now_ms(), &old);
+		full = npending >= MAX_PENDING;
+		p = full ? NULL : calloc(1, sizeof(*p));
+		if (p) {
+			if (q->ch)
+				wsd_chan_hold(q->ch);
+			p->ch = q->ch;
+			p->ws = q->ws;
+			p->req = q->req;
+			p->h = *q->h;
+			p->t = *t;
+			p->when_ms = (uint64_t)wsd_now_ms();
+			p->next = pendings;
+			pendings = p;
+			npending++;
+		}
+	}
+	pthread_mutex_unlock(&pend_lock);
+	pending_refuse(old);
+	if (f.found) {
+		server_attach(f.found, q);
+		wsd_sock_put(f.found);
+	} else if (!p) {
+		answer_no(q, full ? R_BUSY : R_PROVIDER);
+	}
+}
+
+static void take_hello(SOCKET ws, const struct wsd_tuple *t)
+{
+	struct wsd_hello h;
 	const char *why;
 	int e;
 
@@ -262,67 +299,15 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 		refuse(ws, R_PROTOCOL);
 		return;
 	}
-	pthread_mutex_lock(&pend_lock);
-	wsd_fd_each(match, &f);
-	if (!f.found) {
-		pending_expire((uint64_t)wsd_now_ms(), &old);
-		full = npending >= MAX_PENDING;
-		p = full ? NULL : calloc(1, sizeof(*p));
-		if (p) {
-			p->ws = ws;
-			p->h = h;
-			p->t = *t;
-			p->when_ms = (uint64_t)wsd_now_ms();
-			p->next = pendings;
-			pendings = p;
-			npending++;
-		}
-	}
-	pthread_mutex_unlock(&pend_lock);
-	pending_refuse(old);
-	if (f.found) {
-		server_attach(f.found, &(struct request){ .ws = ws, .h = &h });
-		wsd_sock_put(f.found);
-	} else if (!p) {
-		refuse(ws, full ? R_BUSY : R_PROVIDER);
-	}
+	take_request(&(struct request){ .ws = ws, .ch = NULL, .h = &h }, t);
 }
 
 /* An OPEN on a channel: as a HELLO, without a new SPI connection. */
 void wsd_upgrade_on_open(struct wsd_chan *ch, const struct wsd_chmsg *m)
 {
-	struct find f = { &m->t, NULL };
-	struct pending *p = NULL, *old = NULL;
-	bool full = false;
-
 	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
-	pthread_mutex_lock(&pend_lock);
-	wsd_fd_each(match, &f);
-	if (!f.found) {
-		pending_expire((uint64_t)wsd_now_ms(), &old);
-		full = npending >= MAX_PENDING;
-		p = full ? NULL : calloc(1, sizeof(*p));
-		if (p) {
-			wsd_chan_hold(ch);
-			p->ch = ch;
-			p->ws = INVALID_SOCKET;
-			p->req = m->req;
-			p->h = m->h;
-			p->t = m->t;
-			p->when_ms = (uint64_t)wsd_now_ms();
-			p->next = pendings;
-			pendings = p;
-			npending++;
-		}
-	}
-	pthread_mutex_unlock(&pend_lock);
-	pending_refuse(old);
-	if (f.found) {
-		server_attach(f.found, &(struct request){ .ch = ch, .req = m->req, .h = &m->h });
-		wsd_sock_put(f.found);
-	} else if (!p) {
-		decline(ch, m->req, full ? R_BUSY : R_PROVIDER);
-	}
+	take_request(&(struct request){ .ws = INVALID_SOCKET, .ch = ch, .req = m->req,
+					.h = &m->h }, &m->t);
 }
 
 struct handshake {
