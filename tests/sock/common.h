@@ -246,5 +246,7 @@ uint64_t csum(uint64_t h, const void *buf, size_t len);
 /* Milliseconds on the monotonic clock; and a sleep. */
 double now_ms(void);
 void sleep_ms(int ms);
+/* Descriptors the process has open now (/proc/self/fd). */
+int open_fds(void);
 
 #endif

@@ -25,21 +25,6 @@
 
 static int port;
 
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		die("opendir /proc/self/fd");
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1;   /* the directory's own */
-}
-
 /* The limit: what is open now, what this end opens next, and SPARE. */
 static void tight_limit(int more)
 {

@@ -19,6 +19,11 @@
 
 #define CONNS 1000
 #define REQ 100
+/*
+ * Descriptors a process may hold beyond its own (wsd-protocol(7),
+ * "Channels": the provider's start and one channel, none per connection).
+ */
+#define SWITCH_FDS 16
 
 /* connections whose path WSD_EXPECT_PATH checks (see the fd limit in main) */
 static int path_checked = CONNS;
@@ -61,9 +66,12 @@ static void server(struct peer *ctl, void *arg)
 	int port, ep, served = 0, eofs = 0, bad = 0;
 	char buf[REQ], want[REQ];
 
+	int base;
+
 	(void)arg;
 	for (int i = 0; i < CONNS; i++)
 		sfd[i] = -1;
+	base = open_fds();
 	a.lfd = t_listen(AF_INET, &port);
 	pthread_create(&a.th, NULL, accept_main, &a);
 	ctl_send(ctl, port);
@@ -83,6 +91,9 @@ static void server(struct peer *ctl, void *arg)
 		}
 	}
 	say("warmed up %d connections", CONNS);
+	CHECK(open_fds() - base - 1 - CONNS <= SWITCH_FDS,
+	      "%d descriptors beyond the listener and the connections", open_fds() - base - 1 - CONNS);
+	say("at most %d descriptors beyond the listener and the connections", SWITCH_FDS);
 
 	ep = MUST(epoll_create1(0));
 	for (int i = 0; i < CONNS; i++) {
@@ -134,7 +145,7 @@ int main(int argc, char **argv)
 	static int fd[CONNS];
 	struct rlimit rl;
 	struct peer b;
-	int port, ok = 0;
+	int port, ok = 0, base;
 	char buf[REQ], want[REQ];
 
 	t_init(argc, argv);
@@ -151,11 +162,9 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	/*
-	 * Room for the switch too: each connection it moves to shared memory
-	 * holds about eight more fds (its provider connection's socket, memfd,
-	 * eventfds, pidfd) in each process.  With less, the later connections
-	 * stay on TCP (reason "provider" in wsd stat) and only the first 100
-	 * are required to move.
+	 * Room for the connections and the switch's few (a channel per peer
+	 * process, none per connection); with a hard limit under 12,000 only
+	 * the first 100 are required to move, as before channels.
 	 */
 	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 16384 ? 16384 : rl.rlim_max;
 	if (rl.rlim_cur < 12000)
@@ -163,6 +172,7 @@ int main(int argc, char **argv)
 	MUST(setrlimit(RLIMIT_NOFILE, &rl));
 
 	peer_start(&b, "server", server, NULL);
+	base = open_fds();
 	port = ctl_recv(&b);
 	for (uint32_t i = 0; i < CONNS; i++) {
 		fd[i] = t_connect(AF_INET, port);
@@ -181,6 +191,9 @@ int main(int argc, char **argv)
 		}
 	}
 	say("warmed up %d connections", CONNS);
+	CHECK(open_fds() - base - CONNS <= SWITCH_FDS, "%d descriptors beyond the connections",
+	      open_fds() - base - CONNS);
+	say("at most %d descriptors beyond the connections", SWITCH_FDS);
 
 	/* every request out before any response is read: all in flight at once */
 	for (int i = 0; i < CONNS; i++) {
