@@ -128,6 +128,11 @@ uint32_t wsd_chan_id(const struct wsd_chan *ch)
 	return ch->id;
 }
 
+uint32_t wsd_chan_peer_pid(const struct wsd_chan *ch)
+{
+	return ch->peer_pid;
+}
+
 bool wsd_chan_dead(const struct wsd_chan *ch)
 {
 	return atomic_load(&ch->dead);

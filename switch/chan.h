@@ -59,6 +59,8 @@ SOCKET wsd_chan_socket(const struct wsd_chan *ch);
 enum wsd_path wsd_chan_path(const struct wsd_chan *ch);
 /* A small number naming the channel in wsd stat (unique in this process). */
 uint32_t wsd_chan_id(const struct wsd_chan *ch);
+/* The peer process's pid when the transport told it (shm), else 0. */
+uint32_t wsd_chan_peer_pid(const struct wsd_chan *ch);
 /* The handshake closed the SPI socket (it timed out): nothing to close later. */
 void wsd_chan_lost_socket(struct wsd_chan *ch);
 /* The channel broke or ended: no more requests on it. */

@@ -214,6 +214,9 @@ static void set_stat_path(struct wsd_sock *s)
 	s->stat->path = (uint8_t)(s->sess->path);
 	s->stat->reason = R_NONE;
 	wsd_stat_end(s->stat);
+	atomic_store_explicit(&s->stat->channel, wsd_chan_id(s->sess->ch), memory_order_relaxed);
+	atomic_store_explicit(&s->stat->peer_pid, wsd_chan_peer_pid(s->sess->ch),
+			      memory_order_relaxed);
 }
 
 /* mu held.  From now on the peer may switch its direction to the ring. */

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define WSD_STAT_MAGIC   0x54534457u    /* "WDST" */
-#define WSD_STAT_VERSION 2u
+#define WSD_STAT_VERSION 3u
 #define WSD_STAT_SLOTS   8192u
 #define WSD_STAT_DIR     "/dev/shm"
 #define WSD_STAT_PREFIX  "wsd-stat."
@@ -43,6 +43,9 @@ struct wsd_stat_slot {
 	_Atomic uint64_t doorbells_tx, doorbells_rx;   /* count */
 	_Atomic uint64_t waits;                 /* count of sleeps */
 	_Atomic uint64_t fallbacks;             /* count of declined upgrades */
+	/* the channel it is a slot of (a number in this process, 0: none)
+	 * and the peer process at its other end (0: not known, as on verbs) */
+	_Atomic uint64_t channel, peer_pid;
 };
 
 struct wsd_stat_file {

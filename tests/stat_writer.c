@@ -133,6 +133,8 @@ int main(int argc, char **argv)
 	wsd_stat_add(v4, &v4->doorbells_rx, 6);
 	wsd_stat_add(v4, &v4->waits, 7);
 	wsd_stat_add(v4, &v4->fallbacks, 8);
+	wsd_stat_add(v4, &v4->channel, 9);        /* the channel's number, its peer's pid */
+	wsd_stat_add(v4, &v4->peer_pid, 4321);
 	v6 = publish(12, PATH_TCP, R_PEER_PLAIN, AF_INET6, "::1", 5002, "2001:db8::7", 40001);
 	wsd_stat_add(v6, &v6->tcp_tx, 100);
 	wsd_stat_add(v6, &v6->tcp_rx, 200);

@@ -38,7 +38,7 @@ static const char *const path_names[] = {
 };
 
 enum { C_TCP_TX, C_TCP_RX, C_COPY_TX, C_COPY_RX, C_ZCOPY_TX, C_ZCOPY_RX,
-       C_BELLS_TX, C_BELLS_RX, C_WAITS, C_FALLBACKS, NCTRS };
+       C_BELLS_TX, C_BELLS_RX, C_WAITS, C_FALLBACKS, C_CHANNEL, C_PEER_PID, NCTRS };
 
 /* the counters in column order: table heading, JSON key, offset in the slot */
 static const struct {
@@ -55,6 +55,8 @@ static const struct {
 	{ "BELLS-RX", "doorbells_rx", offsetof(struct wsd_stat_slot, doorbells_rx) },
 	{ "WAITS", "waits", offsetof(struct wsd_stat_slot, waits) },
 	{ "FALLBACKS", "fallbacks", offsetof(struct wsd_stat_slot, fallbacks) },
+	{ "CHAN", "channel", offsetof(struct wsd_stat_slot, channel) },
+	{ "PEER-PID", "peer_pid", offsetof(struct wsd_stat_slot, peer_pid) },
 };
 
 /* A reason's name, or reason-N for one a newer switch knows (static buffer). */
