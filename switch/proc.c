@@ -266,56 +266,62 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	return r;
 }
 
-/* The execl family: gather the arguments, then as execve/execvp. */
-#define GATHER(first, ap, argv, with_env, envp)						\
-	do {										\
-		size_t n_ = 1;								\
-		va_list c_;								\
-		va_copy(c_, ap);							\
-		while (va_arg(c_, char *))						\
-			n_++;								\
-		va_end(c_);								\
-		argv = alloca((n_ + 1) * sizeof(char *));				\
-		argv[0] = (char *)(first);						\
-		for (size_t i_ = 1; i_ <= n_; i_++)					\
-			argv[i_] = va_arg(ap, char *);					\
-		if (with_env)								\
-			envp = va_arg(ap, char **);					\
-	} while (0)
+/*
+ * The execl family: the arguments gathered (on this frame: the exec either
+ * replaces the process or returns here), then as execv, execvp or execve.
+ */
+enum exec_kind { EXEC_V, EXEC_VP, EXEC_VE };
+
+static int exec_list(enum exec_kind kind, const char *path, const char *arg, va_list ap)
+{
+	char **argv;
+	size_t n = 1;
+	va_list c;
+
+	va_copy(c, ap);
+	while (va_arg(c, char *))
+		n++;
+	va_end(c);
+	argv = alloca((n + 1) * sizeof(char *));
+	argv[0] = (char *)arg;
+	for (size_t i = 1; i <= n; i++)
+		argv[i] = va_arg(ap, char *);
+	if (kind == EXEC_VE)
+		return execve(path, argv, va_arg(ap, char **));
+	return kind == EXEC_VP ? execvp(path, argv) : execv(path, argv);
+}
 
 EXPORT int execl(const char *path, const char *arg, ...)
 {
-	char **argv, **envp = NULL;
 	va_list ap;
+	int r;
 
 	va_start(ap, arg);
-	GATHER(arg, ap, argv, false, envp);
+	r = exec_list(EXEC_V, path, arg, ap);
 	va_end(ap);
-	(void)envp;
-	return execv(path, argv);
+	return r;
 }
 
 EXPORT int execlp(const char *file, const char *arg, ...)
 {
-	char **argv, **envp = NULL;
 	va_list ap;
+	int r;
 
 	va_start(ap, arg);
-	GATHER(arg, ap, argv, false, envp);
+	r = exec_list(EXEC_VP, file, arg, ap);
 	va_end(ap);
-	(void)envp;
-	return execvp(file, argv);
+	return r;
 }
 
 EXPORT int execle(const char *path, const char *arg, ...)
 {
-	char **argv, **envp = NULL;
 	va_list ap;
+	int r;
 
 	va_start(ap, arg);
-	GATHER(arg, ap, argv, true, envp);
+	r = exec_list(EXEC_VE, path, arg, ap);
 	va_end(ap);
-	return execve(path, argv, envp);
+	return r;
 }
 
 /* ---- children started without fork: vfork, posix_spawn, system, popen ---------------- */
