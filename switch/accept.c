@@ -329,17 +329,12 @@ static void *handshake_main(void *arg)
 static void handshake_start(SOCKET ws, const struct wsd_tuple *t)
 {
 	struct handshake *hs = NULL;
-	pthread_attr_t at;
-	pthread_t th;
 	bool ok = false;
 
 	if (atomic_fetch_add(&handshakes, 1) < MAX_HANDSHAKES && (hs = malloc(sizeof(*hs)))) {
 		hs->ws = ws;
 		hs->t = *t;
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		ok = pthread_create(&th, &at, handshake_main, hs) == 0;
-		pthread_attr_destroy(&at);
+		ok = wsd_thread_start(handshake_main, hs, false) == 0;
 	}
 	if (!ok) {
 		free(hs);
@@ -409,8 +404,6 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 	struct sockaddr_in any4 = { .sin_family = AF_INET };
 	struct wsd_stat_addr sa;
 	struct reg *r;
-	pthread_attr_t at;
-	pthread_t t;
 	int err;
 
 	s->listening = true;
@@ -464,18 +457,13 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 		free(r);
 		goto out;
 	}
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
-	if (pthread_create(&t, &at, acceptor, r)) {
-		atomic_fetch_sub(&wsd_threads_busy, 1);
+	if (wsd_thread_start(acceptor, r, true)) {
 		procs.lpWSPCloseSocket(r->ls, &err);
 		free(r);
 	} else {
 		r->next = regs;
 		regs = r;
 	}
-	pthread_attr_destroy(&at);
 out:
 	pthread_mutex_unlock(&up_lock);
 }

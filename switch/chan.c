@@ -581,20 +581,11 @@ static void out_done(struct wsd_chan *ch, WSAOVERLAPPED *ov)
 /* tab_lock held: the port and its thread, once per process. */
 static int start_thread(void)
 {
-	pthread_attr_t at;
-	pthread_t t;
-
 	if (thread_up)
 		return 0;
 	if (!port && wsd_port_create(&port))
 		return -ENOMEM;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
-	thread_up = pthread_create(&t, &at, chan_main, NULL) == 0;
-	if (!thread_up)
-		atomic_fetch_sub(&wsd_threads_busy, 1);
-	pthread_attr_destroy(&at);
+	thread_up = wsd_thread_start(chan_main, NULL, true) == 0;
 	return thread_up ? 0 : -EAGAIN;
 }
 

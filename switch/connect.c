@@ -279,18 +279,8 @@ static void *worker(void *arg)
 /* up_lock held: one worker per process, started on demand. */
 static bool start_worker(void)
 {
-	if (!worker_up) {
-		pthread_attr_t at;
-		pthread_t t;
-
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
-		worker_up = pthread_create(&t, &at, worker, NULL) == 0;
-		if (!worker_up)
-			atomic_fetch_sub(&wsd_threads_busy, 1);
-		pthread_attr_destroy(&at);
-	}
+	if (!worker_up)
+		worker_up = wsd_thread_start(worker, NULL, true) == 0;
 	return worker_up;
 }
 

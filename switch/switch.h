@@ -440,6 +440,13 @@ void wsd_upgrade_prestart(void);
 /* fork: in the child, forget threads and provider state. */
 void wsd_upgrade_atfork_child(void);
 
+/*
+ * A detached thread of the switch's own running fn(arg); 0 or -EAGAIN.
+ * waits: it counts as busy (wsd_threads_busy) until its first wait, where
+ * it subtracts itself, as the switch's long-lived threads do.
+ */
+int wsd_thread_start(void *(*fn)(void *), void *arg, bool waits);
+
 /* The path an fd's connection takes: "tcp", "shm", "verbs", or NULL for no
  * socket of ours.  Exported for tests and tools (libwsd(7)). */
 EXPORT const char *wsd_switch_path(int fd);

@@ -101,6 +101,23 @@ WSPPROC_TABLE *wsd_spi(void)
 	return spi_started ? &procs : NULL;
 }
 
+int wsd_thread_start(void *(*fn)(void *), void *arg, bool waits)
+{
+	pthread_attr_t at;
+	pthread_t t;
+	int r;
+
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (waits)
+		atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
+	r = pthread_create(&t, &at, fn, arg);
+	if (r && waits)
+		atomic_fetch_sub(&wsd_threads_busy, 1);
+	pthread_attr_destroy(&at);
+	return r ? -EAGAIN : 0;
+}
+
 /* ---- addresses ------------------------------------------------------------------ */
 
 /* Normalised: an IPv4-mapped IPv6 address is the IPv4 address. */
