@@ -322,13 +322,16 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 	/*
 	 * A connection to a peer we have a channel with upgrades at once:
 	 * it costs one message, not a provider connection.  Looked at on the
-	 * first data call only (two system calls for the addresses, once).
+	 * first data call only, by the address connect() dialled: no system
+	 * call on the way of a connection whose peer is plain.
 	 */
 	if (!s->chan_looked) {
+		struct wsd_stat_addr key;
 		struct wsd_chan *ch;
 
 		s->chan_looked = true;
-		if (!learn_tuple(s) && (ch = wsd_chan_find(&s->stat->peer))) {
+		to_addr(&s->peer, &key);
+		if (key.family && (ch = wsd_chan_find(&key))) {
 			s->chan_known = true;
 			wsd_chan_put(ch);
 		}

@@ -70,6 +70,9 @@ EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	if (s) {
 		if (r == 0 || e == EINPROGRESS) {
 			s->connected_side = true;
+			/* the peer's address, as getpeername would give it (the channel's key) */
+			if (addr && len <= sizeof(s->peer))
+				memcpy(&s->peer, addr, len);
 			wsd_upgrade_prestart();
 		}
 		wsd_sock_put(s);

@@ -233,7 +233,7 @@ struct wsd_sock {
 	_Atomic int upgrade_state;   /* UP_* */
 	struct wsd_session *sess;    /* set once established; freed with the sock */
 
-	/* the 4-tuple, filled when known */
+	/* the 4-tuple, filled when known (peer: from connect() already) */
 	int pre_fd;                  /* the prefix's memfd (-1) */
 	bool tuple_known;
 	struct sockaddr_storage local, peer;
