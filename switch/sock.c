@@ -109,25 +109,16 @@ static int accepted(int lfd, int fd, int flags)
 	wsd_sock_put(l);
 	if (s) {
 		s->nonblock = flags & SOCK_NONBLOCK;
-		/*
-		 * Accepted onto 0, 1 or 2 (inetd's way): stdio moves its bytes
-		 * unseen, so it never upgrades; an OPEN that came first is
-		 * declined here rather than attached and then taken back.
-		 */
-		if (fd <= 2) {
-			s->no_upgrade = true;
-			s->why_not = R_UNSUPPORTED;
-		}
 		wsd_fd_set(fd, s);
+		/*
+		 * Onto 0, 1 or 2 (inetd's way) it stays on TCP, decided before
+		 * a request that came first is looked at: that one is declined,
+		 * not attached and then asked back (nothing is upgraded yet, so
+		 * this cannot wait for the peer or fail).
+		 */
+		(void)wsd_keep_stdio(fd);
 		wsd_upgrade_accepted(s);
 		wsd_sock_put(s);
-		if (wsd_keep_stdio(fd)) {
-			/* attached in accept and its peer did not answer: fail loudly */
-			wsd_sock_forget(fd);
-			real.close(fd);
-			errno = ECONNABORTED;
-			return -1;
-		}
 	}
 	errno = e;
 	return fd;
