@@ -700,8 +700,6 @@ static void on_message(struct wsd_chan *ch, uint32_t bytes)
 
 /* ---- the sweep: idle rings give their pages back, idle channels end --------------- */
 
-void wsd_session_sweep(struct wsd_session *ss, int64_t now);
-
 static void sweep(int64_t now)
 {
 	struct wsd_chan *ch, *end = NULL;
@@ -773,7 +771,7 @@ static void *chan_main(void *arg)
 	return NULL;
 }
 
-/* ---- fork, exec, stat --------------------------------------------------------------- */
+/* ---- fork, ending --------------------------------------------------------------- */
 
 void wsd_chan_atfork_child(void)
 {
@@ -791,16 +789,4 @@ void wsd_chan_end(struct wsd_chan *ch)
 		return;
 	if (ch->ws != INVALID_SOCKET)
 		wsd_spi()->lpWSPShutdown(ch->ws, SD_BOTH, &err);
-}
-
-void wsd_chan_abandon_all(void)
-{
-	int err;
-
-	pthread_mutex_lock(&tab_lock);
-	for (struct wsd_chan *ch = chans; ch; ch = ch->next) {
-		atomic_store(&ch->dead, true);
-		wsd_spi()->lpWSPShutdown(ch->ws, SD_BOTH, &err);
-	}
-	pthread_mutex_unlock(&tab_lock);
 }

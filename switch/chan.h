@@ -113,8 +113,6 @@ void wsd_upgrade_chan_dead(struct wsd_chan *ch);
 void wsd_chan_atfork_child(void);
 /* No more requests on the channel; its provider connection shuts down (the memory stays). */
 void wsd_chan_end(struct wsd_chan *ch);
-/* exec is coming: every channel's provider connection closes. */
-void wsd_chan_abandon_all(void);
 
 
 #endif /* WSD_SWITCH_CHAN_H */

@@ -87,7 +87,7 @@ int rdma_writev(struct wsd_session *ss, WSABUFEX *b, uint32_t nb, uint64_t offse
 		atomic_thread_fence(memory_order_seq_cst);
 		return 0;
 	}
-	return rdma_put(ss, ss->peer_desc, b, nb, ss->peer_base + offset);
+	return rdma_put(ss, ss->peer_desc, b, nb, ss->peer_off + offset);
 }
 
 /* Write one of the peer's control words. */

@@ -64,7 +64,6 @@ ssize_t fault_rx(struct wsd_sock *s);
 /* slot.c: the session object */
 void publish_rx_ready(struct wsd_sock *s);
 void wsd_session_touched(struct wsd_session *ss, uint64_t off, uint32_t size);
-void wsd_session_shrink(struct wsd_session *ss, int64_t now);
 void became_accel(struct wsd_sock *s, bool was);
 
 /* bell.c: doorbells */

@@ -34,15 +34,14 @@ struct wsd_session {
 	 * its SWITCH point), and the one the peer sent (we write it after ours) */
 	uint8_t nonce[WSD_NONCE], peer_nonce[WSD_NONCE];
 	uint8_t *peer_map;           /* shm: the peer's slot, mapped here (or NULL) */
-	uint32_t peer_seg, peer_off; /* the peer's slot: its segment and offset there */
-	uint64_t peer_base;          /* RDMA writes: the slot's offset in the registration */
+	uint32_t peer_seg, peer_off; /* the peer's slot: its segment, and its offset there
+					(and in the segment's registration: RDMA writes) */
 	bool peer_known;             /* we know the peer's slot (and write it: SHUT at the end) */
 	bool slot_known;             /* the peer knows ours (and may write it) */
-	/* a mapped ring's pages (tx_lock): past the first page since the last
-	 * give-back (tx_win > FIRST_PAGE_RING), and when a record last went to
-	 * a new page (wsd-protocol(7), "Pages on demand") */
-	uint32_t tx_win;
-	int64_t tx_grown_ms;
+	/* a mapped ring's pages (tx_lock): when a record last went to a new
+	 * page past the first, 0 when none did since the last give-back
+	 * (wsd-protocol(7), "Pages on demand") */
+	int64_t tx_page_ms;
 	uint32_t peer_ring;
 	uint64_t tx_key;
 	/* staging for records (tx_lock) and single words (each its own) */
@@ -98,6 +97,8 @@ struct wsd_session {
 struct wsd_session *wsd_session_new(struct wsd_chan *ch);
 /* The peer learnt our slot: it may write there until it says it is done. */
 void wsd_session_known(struct wsd_session *ss);
+/* The channel's sweep (its mu held): an idle ring gives its pages back. */
+void wsd_session_sweep(struct wsd_session *ss, int64_t now);
 /* The peer's region, from its handshake message. */
 void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h);
 /* Fill a handshake message with our side. */

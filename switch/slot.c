@@ -35,7 +35,6 @@
  * whose records went past that page gives the ring's other pages back once
  * it has been idle IDLE_MS with the ring empty.
  */
-#define FIRST_PAGE_RING (WSD_SEG_PAGE - CTL_SIZE)
 #define IDLE_MS 1000
 
 struct wsd_session *wsd_session_new(struct wsd_chan *ch)
@@ -140,10 +139,8 @@ void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
 	ss->tx_key = h->key;
 	ss->peer_seg = h->seg;
 	ss->peer_off = h->slot_off;
-	ss->peer_base = h->slot_off;
 	ss->peer_known = true;
 	ss->peer_map = wsd_chan_peer_slot(ss->ch, h);
-	ss->tx_win = FIRST_PAGE_RING;   /* nothing stored past the first page yet */
 	/* no staging: the words below fail, and so does the session's first record */
 	if (!ss->peer_map)
 		(void)stage_registered(ss);
@@ -164,9 +161,8 @@ void wsd_session_touched(struct wsd_session *ss, uint64_t off, uint32_t size)
 
 	if (end <= WSD_SEG_PAGE)
 		return;
-	ss->tx_win = ss->peer_ring;   /* pages past the first: given back when idle */
-	if ((CTL_SIZE + off) / WSD_SEG_PAGE != (end - 1) / WSD_SEG_PAGE || !ss->tx_grown_ms)
-		ss->tx_grown_ms = wsd_now_ms();
+	if ((CTL_SIZE + off) / WSD_SEG_PAGE != (end - 1) / WSD_SEG_PAGE || !ss->tx_page_ms)
+		ss->tx_page_ms = wsd_now_ms();
 }
 
 /*
@@ -174,14 +170,14 @@ void wsd_session_touched(struct wsd_session *ss, uint64_t off, uint32_t size)
  * receiver reads nothing there), keeping the first page and the one the
  * next record goes to.
  */
-void wsd_session_shrink(struct wsd_session *ss, int64_t now)
+static void shrink(struct wsd_session *ss, int64_t now)
 {
 	uint64_t at = ss->tx_pos % ss->peer_ring + CTL_SIZE;
 	size_t lo = WSD_SEG_PAGE, hi = (CTL_SIZE + ss->peer_ring + WSD_SEG_PAGE - 1) &
 				       ~(size_t)(WSD_SEG_PAGE - 1);
 	size_t keep = at & ~(size_t)(WSD_SEG_PAGE - 1);
 
-	if (!ss->peer_map || ss->tx_win <= FIRST_PAGE_RING || now - ss->tx_grown_ms < IDLE_MS ||
+	if (!ss->peer_map || !ss->tx_page_ms || now - ss->tx_page_ms < IDLE_MS ||
 	    ctl_get(ss, CW_CONSUMED) != ss->tx_pos)
 		return;
 	if (keep >= lo && keep < hi) {
@@ -191,20 +187,19 @@ void wsd_session_shrink(struct wsd_session *ss, int64_t now)
 	}
 	if (hi > lo)
 		madvise(ss->peer_map + lo, hi - lo, MADV_REMOVE);
-	ss->tx_win = FIRST_PAGE_RING;
-	ss->tx_grown_ms = 0;
+	ss->tx_page_ms = 0;
 }
 
-/* The channel's sweep (its mu held): a window idle a while shrinks. */
+/* The channel's sweep (its mu held): an idle ring gives its pages back. */
 void wsd_session_sweep(struct wsd_session *ss, int64_t now)
 {
 	struct wsd_sock *s = ss->sock;
 
-	if (!s || !ss->peer_map || ss->tx_win <= FIRST_PAGE_RING || now - ss->tx_grown_ms < IDLE_MS ||
+	if (!s || !ss->peer_map || !ss->tx_page_ms || now - ss->tx_page_ms < IDLE_MS ||
 	    pthread_mutex_trylock(&s->tx_lock))
 		return;
 	if (s->sess == ss && s->tx_mode == DIR_RING && !s->detached)
-		wsd_session_shrink(ss, now);
+		shrink(ss, now);
 	pthread_mutex_unlock(&s->tx_lock);
 }
 
