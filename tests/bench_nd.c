@@ -12,6 +12,10 @@
  *      cores: polled with WSPGetOverlappedResult, and through a completion port
  * Figures are reported, not asserted: the exit status is 1 only when a
  * transfer fails or data does not verify.
+ *
+ * This file: the shared helpers, process pairs and endpoints, 1 to 5, and
+ * main with the report; bench_nd_spi.c: 6 and 7, through the SPI;
+ * bench_nd.h: what the two share.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -33,30 +37,16 @@
 #include <unistd.h>
 
 #include "wsd/nd.h"
-#include "wsd/wsp.h"
-
-#define MIB (1u << 20)
-#define WIN_LEN (16u * MIB)         /* the peer's window; reads cycle through it */
-#define NSLOT 4                     /* local 1 MiB buffers = reads outstanding */
-#define ROUNDS 5
-#define ROUND_READS 200             /* 1 MiB reads per round */
-#define MSG 64
-#define NRECV 8                     /* receives kept posted per side */
-#define NSEND 8                     /* send buffers per side */
-#define WARM 1000
-#define ITERS_X 20000               /* cross-core round trips */
-#define ROUNDS_X 5                  /* ... in this many A/B rounds */
-#define ITERS_1 5000                /* one-core round trips */
-#define PHASE_NS (15 * 1000000000LL) /* no measurement may run longer */
+#include "tests/bench_nd.h"
 
 static cpu_set_t orig_mask;
-static int cpu_a, cpu_b, one_cpu;   /* the cores the pairs run on */
+int cpu_a, cpu_b, one_cpu;          /* the cores the pairs run on */
 static unsigned port_seq;
 static pid_t child_pid;             /* the current peer, killed if we fail */
 static int in_child;
-static double nd_read_gbs;          /* 1's median nd_ep_read GB/s, quoted in 6 */
+double nd_read_gbs;                 /* 1's median nd_ep_read GB/s, quoted in 6 */
 
-static void fail(const char *fmt, ...)
+void fail(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -74,9 +64,6 @@ static void fail(const char *fmt, ...)
 	exit(1);
 }
 
-#define TRY(what, call) do { nd_status st_ = (call); \
-	if (st_ != ND_SUCCESS) fail("%s: %s", what, nd_strstatus(st_)); } while (0)
-
 static int64_t clock_ns(clockid_t id)
 {
 	struct timespec ts;
@@ -85,13 +72,13 @@ static int64_t clock_ns(clockid_t id)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int64_t now_ns(void)
+int64_t now_ns(void)
 {
 	return clock_ns(CLOCK_MONOTONIC);
 }
 
 /* Run on one core; cpu < 0 restores the mask we started with. */
-static void pin(int cpu)
+void pin(int cpu)
 {
 	cpu_set_t m = orig_mask;
 
@@ -114,7 +101,7 @@ static uint64_t pat(uint64_t i)
 }
 
 /* Fill or check len bytes as the pattern from word w on, each word xored with flip. */
-static int pat_do(uint8_t *buf, uint64_t w, size_t len, uint64_t flip, int check)
+int pat_do(uint8_t *buf, uint64_t w, size_t len, uint64_t flip, int check)
 {
 	for (size_t i = 0; i < len; i += 8, w++) {
 		uint64_t v = pat(w) ^ flip, have;
@@ -127,10 +114,6 @@ static int pat_do(uint8_t *buf, uint64_t w, size_t len, uint64_t flip, int check
 	return 1;
 }
 
-/* Ping-pong message i is 64 bytes of pattern; the reply is its complement. */
-#define MSG_FILL(m, i, flip) pat_do(m, (uint64_t)(i) * 8, MSG, flip, 0)
-#define MSG_OK(m, i, flip) pat_do(m, (uint64_t)(i) * 8, MSG, flip, 1)
-
 static int cmp_dbl(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -139,7 +122,7 @@ static int cmp_dbl(const void *a, const void *b)
 }
 
 /* The q quantile of v[0..n) (sorts v). */
-static double quantile(double *v, int n, double q)
+double quantile(double *v, int n, double q)
 {
 	qsort(v, (size_t)n, sizeof(*v), cmp_dbl);
 	return v[(int)(q * (n - 1) + 0.5)];
@@ -147,14 +130,7 @@ static double quantile(double *v, int n, double q)
 
 /* ---- process pairs ------------------------------------------------------ */
 
-struct peer {
-	pid_t pid;
-	int rd, wr;         /* pipes from and to the child */
-};
-
-typedef int (*child_fn)(const struct sockaddr_in *sa, int rd, int wr, void *arg);
-
-static struct sockaddr_in next_addr(void)
+struct sockaddr_in next_addr(void)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -166,7 +142,7 @@ static struct sockaddr_in next_addr(void)
 }
 
 /* Fork a child running fn; return once it has written its ready byte. */
-static void spawn(struct peer *p, child_fn fn, const struct sockaddr_in *sa, void *arg)
+void spawn(struct peer *p, child_fn fn, const struct sockaddr_in *sa, void *arg)
 {
 	int up[2], down[2];
 	char c;
@@ -194,7 +170,7 @@ static void spawn(struct peer *p, child_fn fn, const struct sockaddr_in *sa, voi
 }
 
 /* Tell the child we are done (EOF on its pipe) and check how it ended. */
-static void reap(struct peer *p)
+void reap(struct peer *p)
 {
 	int status;
 
@@ -206,7 +182,7 @@ static void reap(struct peer *p)
 }
 
 /* Child: block until the parent closes our pipe. */
-static int wait_parent(int rd)
+int wait_parent(int rd)
 {
 	char c;
 
@@ -217,18 +193,10 @@ static int wait_parent(int rd)
 
 /* ---- endpoints ---------------------------------------------------------- */
 
-struct side {
-	struct nd_adapter *ad;
-	struct nd_cq *cq;
-	struct nd_ep *ep;
-	uint8_t *buf;
-	struct nd_mr *mr;
-};
-
 /* Open an endpoint over a registered buffer of len bytes, then connect it
  * (wr < 0) or, in the child, listen, tell the parent by wr, and accept. */
-static void side_open(struct side *s, size_t len, uint32_t mr_flags,
-		      const struct sockaddr_in *sa, int wr)
+void side_open(struct side *s, size_t len, uint32_t mr_flags,
+	       const struct sockaddr_in *sa, int wr)
 {
 	struct nd_ep_attr a = { .inbound_entries = 64, .outbound_entries = 64, .inbound_sge = 1,
 				.outbound_sge = 1, .inbound_read_limit = 8 };
@@ -258,7 +226,7 @@ static void side_open(struct side *s, size_t len, uint32_t mr_flags,
 	(void)nd_listen_close(l);
 }
 
-static void side_close(struct side *s)
+void side_close(struct side *s)
 {
 	(void)nd_ep_disconnect(s->ep);
 	(void)nd_ep_destroy(s->ep);
@@ -273,7 +241,7 @@ static void side_close(struct side *s)
  * result or past the deadline.  On a single CPU a busy poller yields, or the
  * peer it waits for could not run until the poller's time slice ends.
  */
-static struct nd_result next_result(struct side *s, int use_wait, int64_t deadline)
+struct nd_result next_result(struct side *s, int use_wait, int64_t deadline)
 {
 	struct nd_result r;
 	unsigned k = 0;
@@ -320,14 +288,10 @@ static int window_child(const struct sockaddr_in *sa, int rd, int wr, void *arg)
 	return wait_parent(rd);     /* reads need nothing of us */
 }
 
-/* Where read i of a round lands, and where in the window it comes from. */
-#define SLOT(s, i) ((s)->buf + (size_t)((i) % NSLOT) * MIB)
-#define WOFF(i) ((uint64_t)(i) * MIB % WIN_LEN)
-
 /* One round of 1 MiB nd_ep_reads, depth (<= NSLOT) outstanding, each into
  * slot i % depth; GB/s. */
-static double read_round_nd_depth(struct side *s, const struct nd_mw_descriptor *d,
-				  unsigned depth)
+double read_round_nd_depth(struct side *s, const struct nd_mw_descriptor *d,
+			   unsigned depth)
 {
 	int64_t t0 = now_ns();
 	unsigned posted = 0, done = 0;
@@ -702,466 +666,6 @@ static double bench_idle(void)
 	side_close(&s);
 	printf("   %-8s %10.1f %10.1f\n", "median", quantile(wall, 3, 0.5), quantile(cpu, 3, 0.5));
 	return quantile(cpu, 3, 0.5);
-}
-
-/* ---- 6, 7: the SPI (wsd/wsp.h) ------------------------------------------ */
-
-#define SPI_RD_ROUNDS 15            /* 6: A/B rounds of ROUND_READS reads each */
-#define SPI_ROUNDS_X 5              /* 7: alternating rounds of each kind */
-#define SPI_ITERS_X 2000            /* 7: round trips per round, after WARM */
-#define SPI_NSEND 8                 /* 7: overlapped sends in flight at most */
-
-static void wsp_fail(const char *what, int err)
-{
-	fail("%s failed: WSA error %d", what, err);
-}
-
-/* A provider instance of our own.  Fork no peer while one is up: its
- * completion thread would not come along (WSPCleanup ends it). */
-static void spi_start(WSAPROTOCOL_INFO *info)
-{
-	WSPPROC_TABLE procs = { .cbSize = sizeof(procs) };
-	WSPDATA data;
-	int st = WSPStartup(WSP_VERSION, &data, info, NULL, &procs);
-
-	if (st)
-		wsp_fail("WSPStartup", st);
-}
-
-static void spi_stop(WSAPROTOCOL_INFO *info)
-{
-	int err = 0;
-
-	if (WSPCleanup(info->provider, &err))
-		wsp_fail("WSPCleanup", err);
-}
-
-/* Child: listen on sa, tell the parent by wr, accept one connection. */
-static SOCKET spi_accept(WSAPROTOCOL_INFO *info, const struct sockaddr_in *sa, int wr,
-			 SOCKET *lsock)
-{
-	SOCKET l, s;
-	int err = 0;
-
-	l = WSPSocket(AF_INET, SOCK_STREAM, 0, info, 0, 0, &err);
-	if (l == INVALID_SOCKET)
-		wsp_fail("WSPSocket", err);
-	if (WSPBind(l, (const struct sockaddr *)sa, sizeof(*sa), &err))
-		wsp_fail("WSPBind", err);
-	if (WSPListen(l, 4, &err))
-		wsp_fail("WSPListen", err);
-	if (write(wr, "r", 1) != 1)
-		fail("pipe write failed");
-	s = WSPAccept(l, NULL, NULL, NULL, 0, &err);
-	if (s == INVALID_SOCKET)
-		wsp_fail("WSPAccept", err);
-	*lsock = l;
-	return s;
-}
-
-static SOCKET spi_connect(WSAPROTOCOL_INFO *info, const struct sockaddr_in *sa)
-{
-	SOCKET s;
-	int err = 0;
-
-	s = WSPSocket(AF_INET, SOCK_STREAM, 0, info, 0, 0, &err);
-	if (s == INVALID_SOCKET)
-		wsp_fail("WSPSocket", err);
-	if (WSPConnect(s, (const struct sockaddr *)sa, sizeof(*sa), NULL, NULL, NULL, NULL, &err))
-		wsp_fail("WSPConnect", err);
-	return s;
-}
-
-static void spi_close(SOCKET s)
-{
-	int err = 0;
-
-	if (s != INVALID_SOCKET && WSPCloseSocket(s, &err))
-		wsp_fail("WSPCloseSocket", err);
-}
-
-/*
- * Poll an overlapped request that asked for no notification until it is
- * done: its byte count.  A busy poller yields on a single CPU.
- */
-static uint32_t spi_poll(SOCKET s, WSAOVERLAPPED *ov, int64_t deadline, const char *what)
-{
-	uint32_t bytes = 0, flags;
-	int err = 0;
-
-	for (unsigned k = 1; !WSPGetOverlappedResult(s, ov, &bytes, 0, &flags, &err); k++) {
-		if (err != WSA_IO_INCOMPLETE)
-			wsp_fail(what, err);
-		if (one_cpu)
-			sched_yield();
-		if (!(k & 1023) && now_ns() > deadline)
-			fail("%s: timed out waiting for the overlapped result", what);
-	}
-	return bytes;
-}
-
-/* ---- 6: WSPRdmaRead ------------------------------------------------------- */
-
-/* Child: offer WIN_LEN bytes of pattern through both layers, their descriptors by the
- * pipe (the SPI's after a second ready byte; it listens at *(sockaddr_in *)arg). */
-static int spi_window_child(const struct sockaddr_in *sa, int rd, int wr, void *arg)
-{
-	const struct sockaddr_in *ssa = arg;
-	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
-	uint32_t dl = sizeof(desc);
-	struct nd_mw_descriptor d;
-	WSAPROTOCOL_INFO info;
-	struct nd_mw *mw;
-	struct side nd;
-	SOCKET l, s;
-	int err = 0;
-
-	/*
-	 * One buffer behind both: first a window on an endpoint, as in 1 ...
-	 * (the two layers' figures then differ by their code alone, not by
-	 * where each peer's pages happen to lie, which here moves a 1 MiB read
-	 * by 10% or more from one process pair to the next).
-	 */
-	side_open(&nd, WIN_LEN, ND_MR_FLAG_ALLOW_LOCAL_WRITE | ND_MR_FLAG_ALLOW_REMOTE_READ, sa,
-		  wr);
-	pat_do(nd.buf, 0, WIN_LEN, 0, 0);
-	TRY("create window", nd_mw_create(nd.ad, &mw));
-	TRY("bind", nd_ep_bind(nd.ep, NULL, nd.mr, mw, nd.buf, WIN_LEN, ND_OP_FLAG_ALLOW_READ,
-			       &d));
-	if (next_result(&nd, 1, now_ns() + PHASE_NS).op != ND_OP_BIND)
-		fail("expected the bind's result");
-	if (write(wr, &d, sizeof(d)) != sizeof(d))
-		fail("pipe write failed");
-	/* ... then the same memory through the SPI. */
-	spi_start(&info);
-	s = spi_accept(&info, ssa, wr, &l);
-	if (WSPRegisterRdmaMemory(s, nd.buf, WIN_LEN, MEM_READ, desc, &dl, &err))
-		wsp_fail("WSPRegisterRdmaMemory", err);
-	if (dl != sizeof(desc))
-		fail("WSPRegisterRdmaMemory: descriptor of %u bytes", dl);
-	if (write(wr, desc, sizeof(desc)) != sizeof(desc))
-		fail("pipe write failed");
-	(void)wait_parent(rd);      /* reads need nothing of us */
-	(void)WSPDeregisterRdmaMemory(s, desc, sizeof(desc), &err);
-	spi_close(s);
-	spi_close(l);
-	spi_stop(&info);
-	return 0;
-}
-
-struct spi_reader {
-	SOCKET s;
-	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
-	uint8_t *dst;                   /* 1 MiB, registered once */
-	uint64_t h;
-	unsigned at_once, pending;      /* how the reads completed */
-};
-
-/* One round of 1 MiB WSPRdmaReads into the one destination, polled; GB/s. */
-static double read_round_spi(struct spi_reader *r)
-{
-	int64_t t0 = now_ns();
-
-	for (unsigned i = 0; i < ROUND_READS; i++) {
-		WSAOVERLAPPED ov = { .hEvent = (void *)(uintptr_t)1 };   /* no notification */
-		WSABUFEX b = { MIB, (char *)r->dst, r->h };
-		uint32_t n = 0;
-		int err = 0;
-
-		if (WSPRdmaRead(r->s, &b, 1, r->desc, sizeof(r->desc), (uint32_t)WOFF(i), &n, 0,
-				&ov, NULL, NULL, &err) == 0) {
-			r->at_once++;
-		} else if (err == WSA_IO_PENDING) {
-			r->pending++;
-			n = spi_poll(r->s, &ov, t0 + PHASE_NS, "WSPRdmaRead");
-		} else {
-			wsp_fail("WSPRdmaRead", err);
-		}
-		if (n != MIB)
-			fail("WSPRdmaRead moved %u bytes, not %u", n, MIB);
-		if (now_ns() - t0 > PHASE_NS)
-			fail("WSPRdmaReads timed out");
-	}
-	return (double)ROUND_READS * MIB / (double)(now_ns() - t0);
-}
-
-/* Check a round's last read (landed at dst), then clear dst. */
-static void read_verify_at(uint8_t *dst, const char *what)
-{
-	if (!pat_do(dst, WOFF(ROUND_READS - 1) / 8, MIB, 0, 1))
-		fail("%s: the last 1 MiB read does not match the window's pattern", what);
-	memset(dst, 0, MIB);
-}
-
-static double bench_spi_read(void)
-{
-	struct sockaddr_in nsa = next_addr(), ssa = next_addr();
-	double spi[SPI_RD_ROUNDS], nd[SPI_RD_ROUNDS], ratio[SPI_RD_ROUNDS], ms, mn, mr;
-	struct nd_mw_descriptor d;
-	WSAPROTOCOL_INFO info;
-	struct spi_reader r = { 0 };
-	struct peer p;
-	struct side s;
-	int err = 0;
-	char c;
-
-	printf("\n== 6. WSPRdmaRead of 1 MiB through the SPI vs nd_ep_read, from one %u MiB buffer "
-	       "offered through both\n"
-	       "   %d rounds of %d MiB of each, A/B alternating; both one read at a time into one "
-	       "1 MiB buffer registered with both, WSPRdmaRead polled (hEvent low bit)\n",
-	       WIN_LEN / MIB, SPI_RD_ROUNDS, ROUND_READS);
-	spawn(&p, spi_window_child, &nsa, &ssa);
-	side_open(&s, MIB, ND_MR_FLAG_ALLOW_LOCAL_WRITE, &nsa, -1);
-	if (read(p.rd, &d, sizeof(d)) != sizeof(d) || d.length != WIN_LEN)
-		fail("no window descriptor from the peer");
-	/* No fork from here on: our provider instance runs a thread. */
-	if (read(p.rd, &c, 1) != 1)
-		fail("the peer's SPI socket did not start listening");
-	spi_start(&info);
-	r.s = spi_connect(&info, &ssa);
-	if (read(p.rd, r.desc, sizeof(r.desc)) != sizeof(r.desc))
-		fail("no SPI descriptor from the peer");
-	r.dst = s.buf;
-	r.h = WSPRegisterMemory(r.s, r.dst, MIB, MEM_WRITE, &err);
-	if (!r.h)
-		wsp_fail("WSPRegisterMemory", err);
-	printf("   transport: %s\n", info.transport);
-	/* One untimed round of each first: the first touches of the window cost more. */
-	(void)read_round_nd_depth(&s, &d, 1);
-	read_verify_at(s.buf, "nd_ep_read");
-	(void)read_round_spi(&r);
-	read_verify_at(r.dst, "WSPRdmaRead");
-	r.at_once = r.pending = 0;
-	printf("   %-8s %17s %16s %8s\n", "round", "WSPRdmaRead GB/s", "nd_ep_read GB/s", "ratio");
-	for (int i = 0; i < SPI_RD_ROUNDS; i++) {
-		/* Alternate which goes first, so drift hits both alike. */
-		for (int k = 0; k < 2; k++) {
-			if ((k ^ i) & 1) {
-				nd[i] = read_round_nd_depth(&s, &d, 1);
-				read_verify_at(s.buf, "nd_ep_read");
-			} else {
-				spi[i] = read_round_spi(&r);
-				read_verify_at(r.dst, "WSPRdmaRead");
-			}
-		}
-		ratio[i] = spi[i] / nd[i];
-		printf("   %-8d %17.2f %16.2f %8.3f\n", i + 1, spi[i], nd[i], ratio[i]);
-	}
-	/*
-	 * The ratio is the median of the rounds' own: the machine's speed
-	 * drifts (here by 20% and more within a run), and each round's pair
-	 * ran close together, so each sees the same speed.
-	 */
-	ms = quantile(spi, SPI_RD_ROUNDS, 0.5);
-	mn = quantile(nd, SPI_RD_ROUNDS, 0.5);
-	mr = quantile(ratio, SPI_RD_ROUNDS, 0.5);
-	printf("   %-8s %17.2f %16.2f %8.3f   (ratio of the medians %.3f)\n", "median", ms, mn, mr,
-	       ms / mn);
-	printf("   WSPRdmaRead: %u of %u timed reads completed in the call, %u pending; "
-	       "(nd_ep_read %d outstanding into %d MiB, from 1: %.2f GB/s)\n", r.at_once,
-	       r.at_once + r.pending, r.pending, NSLOT, NSLOT, nd_read_gbs);
-	(void)WSPDeregisterMemory(r.s, r.h, &err);
-	reap(&p);
-	spi_close(r.s);
-	spi_stop(&info);
-	side_close(&s);
-	return mr;
-}
-
-/* ---- 7: overlapped round trip --------------------------------------------- */
-
-struct spp_cfg {
-	int use_port;           /* notified through a completion port, else polled */
-	int iters;
-};
-
-/* One side of an SPI ping-pong: one receive posted at a time, alternating
- * between two buffers; sends rotate through SPI_NSEND buffers. */
-struct spi_link {
-	const struct spp_cfg *c;
-	WSAPROTOCOL_INFO info;
-	SOCKET s, l;
-	struct wsd_port *port;
-	int64_t deadline;
-	uint8_t buf[2 + SPI_NSEND][MSG];
-	WSAOVERLAPPED rov[2], sov[SPI_NSEND];
-	int rbusy[2], sbusy[SPI_NSEND];    /* posted, completion not yet seen */
-	uint32_t rbytes[2];
-};
-
-#define SPI_PORT_KEY 0x5753
-
-static void spi_link_open(struct spi_link *l, const struct spp_cfg *c,
-			  const struct sockaddr_in *sa, int wr)
-{
-	int ret;
-
-	memset(l, 0, sizeof(*l));
-	l->c = c;
-	l->l = INVALID_SOCKET;
-	l->deadline = now_ns() + PHASE_NS;
-	spi_start(&l->info);
-	l->s = wr >= 0 ? spi_accept(&l->info, sa, wr, &l->l) : spi_connect(&l->info, sa);
-	if (c->use_port) {
-		ret = wsd_port_create(&l->port);
-		if (ret < 0)
-			fail("wsd_port_create: %s", strerror(-ret));
-		ret = wsd_port_associate(l->port, l->s, SPI_PORT_KEY);
-		if (ret < 0)
-			fail("wsd_port_associate: %s", strerror(-ret));
-	}
-}
-
-static void spi_link_close(struct spi_link *l)
-{
-	int ret;
-
-	spi_close(l->s);
-	spi_close(l->l);
-	if (l->port && (ret = wsd_port_close(l->port)) < 0)
-		fail("wsd_port_close: %s", strerror(-ret));
-	spi_stop(&l->info);
-}
-
-/* Port: take one completion and mark its request done. */
-static void spi_port_take(struct spi_link *l)
-{
-	WSAOVERLAPPED *ov;
-	uint32_t bytes;
-	uintptr_t key;
-	int ret;
-
-	while ((ret = wsd_port_wait(l->port, &bytes, &key, &ov, 100)) == 0)
-		if (now_ns() > l->deadline)
-			fail("timed out waiting for a completion port packet");
-	if (ret < 0)
-		fail("wsd_port_wait: %s", strerror(-ret));
-	if (key != SPI_PORT_KEY)
-		fail("completion with key 0x%lx, not ours", (unsigned long)key);
-	if (ov->Internal != 0)
-		fail("overlapped request failed: WSA error %lu", (unsigned long)ov->Internal);
-	if (ov >= l->rov && ov < l->rov + 2 && l->rbusy[ov - l->rov]) {
-		l->rbusy[ov - l->rov] = 0;
-		l->rbytes[ov - l->rov] = bytes;
-	} else if (ov >= l->sov && ov < l->sov + SPI_NSEND && l->sbusy[ov - l->sov]) {
-		l->sbusy[ov - l->sov] = 0;
-	} else {
-		fail("a completion for an overlapped structure not outstanding");
-	}
-}
-
-static void spi_send_wait(struct spi_link *l, unsigned k)
-{
-	if (!l->sbusy[k])
-		return;
-	if (l->c->use_port) {
-		while (l->sbusy[k])
-			spi_port_take(l);
-	} else {
-		(void)spi_poll(l->s, &l->sov[k], l->deadline, "WSPSend");
-		l->sbusy[k] = 0;
-	}
-}
-
-static void spi_post_recv(struct spi_link *l, unsigned k)
-{
-	WSABUF b = { MSG, (char *)l->buf[k] };
-	uint32_t n, flags = 0;
-	int err = 0;
-
-	l->rov[k] = (WSAOVERLAPPED){ .hEvent = l->c->use_port ? NULL : (void *)(uintptr_t)1 };
-	l->rbusy[k] = 1;
-	if (WSPRecv(l->s, &b, 1, &n, &flags, &l->rov[k], NULL, NULL, &err) && err != WSA_IO_PENDING)
-		wsp_fail("WSPRecv", err);
-	/* done at once or not, a port still hears of it; a poller finds it done */
-}
-
-static void spi_send(struct spi_link *l, uint64_t i, uint64_t flip)
-{
-	unsigned k = (unsigned)(i % SPI_NSEND);
-	WSABUF b = { MSG, (char *)l->buf[2 + k] };
-	uint32_t n;
-	int err = 0;
-
-	spi_send_wait(l, k);    /* a send buffer is reused only after its send completed */
-	MSG_FILL(l->buf[2 + k], i, flip);
-	l->sov[k] = (WSAOVERLAPPED){ .hEvent = l->c->use_port ? NULL : (void *)(uintptr_t)1 };
-	l->sbusy[k] = 1;
-	if (WSPSend(l->s, &b, 1, &n, 0, &l->sov[k], NULL, NULL, &err) && err != WSA_IO_PENDING)
-		wsp_fail("WSPSend", err);
-}
-
-/* Wait for message i (in receive buffer i & 1), check it, post the next receive. */
-static void spi_recv(struct spi_link *l, uint64_t i, uint64_t flip, uint64_t total)
-{
-	unsigned k = (unsigned)(i & 1);
-	uint32_t bytes;
-
-	if (l->c->use_port) {
-		while (l->rbusy[k])
-			spi_port_take(l);
-		bytes = l->rbytes[k];
-	} else {
-		bytes = spi_poll(l->s, &l->rov[k], l->deadline, "WSPRecv");
-		l->rbusy[k] = 0;
-	}
-	if (bytes != MSG || !MSG_OK(l->buf[k], i, flip))
-		fail("SPI ping-pong message %llu does not verify (%u bytes)",
-		     (unsigned long long)i, bytes);
-	if (i + 1 < total)
-		spi_post_recv(l, k ^ 1);
-}
-
-static void spi_drain(struct spi_link *l)
-{
-	for (unsigned k = 0; k < SPI_NSEND; k++)
-		spi_send_wait(l, k);
-}
-
-/* Child: answer each message with its complement, on cpu_b. */
-static int spi_pp_child(const struct sockaddr_in *sa, int rd, int wr, void *arg)
-{
-	const struct spp_cfg *c = arg;
-	uint64_t total = (uint64_t)(WARM + c->iters);
-	static struct spi_link l;
-
-	pin(cpu_b);     /* before the instance starts: its thread stays here too */
-	spi_link_open(&l, c, sa, wr);
-	spi_post_recv(&l, 0);
-	for (uint64_t i = 0; i < total; i++) {
-		spi_recv(&l, i, 0, total);
-		spi_send(&l, i, ~0ull);
-	}
-	spi_drain(&l);  /* the parent consumed our last reply */
-	(void)wait_parent(rd);
-	spi_link_close(&l);
-	return 0;
-}
-
-/* rtt[] gets c->iters round trips (ns) after WARM unrecorded ones. */
-static void spi_pingpong(const struct spp_cfg *c, double *rtt)
-{
-	struct sockaddr_in sa = next_addr();
-	uint64_t total = (uint64_t)(WARM + c->iters);
-	static struct spi_link l;
-	struct peer p;
-
-	spawn(&p, spi_pp_child, &sa, (void *)c);
-	pin(cpu_a);
-	spi_link_open(&l, c, &sa, -1);
-	spi_post_recv(&l, 0);
-	for (uint64_t i = 0; i < total; i++) {
-		int64_t t0 = now_ns();
-
-		spi_send(&l, i, 0);
-		spi_recv(&l, i, ~0ull, total);
-		if (i >= WARM)
-			rtt[i - WARM] = (double)(now_ns() - t0);
-	}
-	spi_drain(&l);
-	reap(&p);
-	spi_link_close(&l);
-	pin(-1);
 }
 
 /* ---- main --------------------------------------------------------------- */
