@@ -94,15 +94,47 @@ static void hash_grow(struct epset *set)
 	set->hmask = n - 1;
 }
 
+static void park_count(struct wsd_epitem *it, bool parked)
+{
+	if (it->parked == parked)
+		return;
+	it->parked = parked;
+	atomic_fetch_add(&it->sock->ep_parked, parked ? 1 : -1);
+}
+
+/* set->mu: an idle armed item leaves the waits' walk (epoll_int.h, parked). */
+void item_park(struct epset *set, struct wsd_epitem *it)
+{
+	if (!it->accel || it->parked)
+		return;
+	link_del(&it->alink);
+	link_add_tail(&it->alink, &set->parked);
+	park_count(it, true);
+}
+
+/* set->mu: back in the waits' walk. */
+void item_unpark(struct epset *set, struct wsd_epitem *it)
+{
+	if (!it->parked)
+		return;
+	link_del(&it->alink);
+	link_add_tail(&it->alink, &set->accel);
+	park_count(it, false);
+}
+
 static void item_set_accel(struct epset *set, struct wsd_epitem *it, bool accel)
 {
-	if (accel == it->accel)
+	if (accel == it->accel) {
+		if (accel)
+			item_unpark(set, it);
 		return;
+	}
 	if (accel) {
 		link_add_tail(&it->alink, &set->accel);
 		atomic_fetch_add(&set->naccel, 1);
 	} else {
 		link_del(&it->alink);
+		park_count(it, false);
 		atomic_fetch_sub(&set->naccel, 1);
 	}
 	it->accel = accel;
@@ -166,6 +198,13 @@ static bool set_tryhold(struct epset *set)
 	return false;
 }
 
+static _Atomic int sets_live;
+
+bool wsd_poll_sets_any(void)
+{
+	return atomic_load_explicit(&sets_live, memory_order_relaxed) > 0;
+}
+
 static void set_free(struct epset *set)
 {
 	struct wsd_epitem *it, *dead = NULL;
@@ -174,6 +213,8 @@ static void set_free(struct epset *set)
 	for (unsigned b = 0; b <= set->hmask; b++)
 		while ((it = set->hash[b])) {
 			set->hash[b] = it->h_next;
+			if (it->parked)
+				park_count(it, false);
 			item_unlink_sock(it);
 			it->s_next = dead;
 			dead = it;
@@ -186,6 +227,7 @@ static void set_free(struct epset *set)
 	free(set->hash);
 	free(set->rq);
 	free(set);
+	atomic_fetch_sub(&sets_live, 1);
 }
 
 void set_put(struct epset *set)
@@ -313,10 +355,12 @@ static int set_new(int epfd)
 		free(set);
 		return -ENOMEM;
 	}
+	atomic_fetch_add(&sets_live, 1);
 	set->hmask = 15;
 	set->refs = 1;
 	set->efd = -1;
 	link_init(&set->accel);
+	link_init(&set->parked);
 	pthread_mutex_init(&set->mu, NULL);
 	pthread_mutex_init(&set->rq_mu, NULL);
 	ret = map_put(epfd, set);
@@ -358,31 +402,55 @@ EXPORT int epoll_create1(int flags)
  * it takes only s->mu and the queues' innermost locks: each set learns
  * which items to move to the doorbell, and its waiters wake to do it.
  */
+/* s->mu held: the set's next look takes the item (set_requeue), and its waiters wake. */
+static void rq_push(struct wsd_epitem *it)
+{
+	struct epset *set = it->set;
+
+	pthread_mutex_lock(&set->rq_mu);
+	if (set->rq_len == set->rq_cap && !set->rq_all) {
+		unsigned cap = set->rq_cap ? set->rq_cap * 2 : 8;
+		uint64_t *rq = realloc(set->rq, cap * sizeof(*rq));
+
+		if (rq) {
+			set->rq = rq;
+			set->rq_cap = cap;
+		} else {
+			set->rq_all = true;
+		}
+	}
+	if (!set->rq_all)
+		set->rq[set->rq_len++] = item_token(it);
+	atomic_store(&set->rq_any, true);
+	pthread_mutex_unlock(&set->rq_mu);
+	set_wake(set);
+}
+
 void wsd_poll_sock_accelerated(struct wsd_sock *s)
 {
 	pthread_mutex_lock(&s->mu);
-	for (struct wsd_epitem *it = s->ep_items; it; it = it->s_next) {
-		struct epset *set = it->set;
-
-		pthread_mutex_lock(&set->rq_mu);
-		if (set->rq_len == set->rq_cap && !set->rq_all) {
-			unsigned cap = set->rq_cap ? set->rq_cap * 2 : 8;
-			uint64_t *rq = realloc(set->rq, cap * sizeof(*rq));
-
-			if (rq) {
-				set->rq = rq;
-				set->rq_cap = cap;
-			} else {
-				set->rq_all = true;
-			}
-		}
-		if (!set->rq_all)
-			set->rq[set->rq_len++] = item_token(it);
-		atomic_store(&set->rq_any, true);
-		pthread_mutex_unlock(&set->rq_mu);
-		set_wake(set);
-	}
+	for (struct wsd_epitem *it = s->ep_items; it; it = it->s_next)
+		rq_push(it);
 	pthread_mutex_unlock(&s->mu);
+}
+
+void wsd_poll_sock_unpark(struct wsd_sock *s)
+{
+	if (!atomic_load(&s->ep_parked))
+		return;
+	for (struct wsd_epitem *it = s->ep_items; it; it = it->s_next)
+		rq_push(it);
+}
+
+bool wsd_poll_sock_watched(struct wsd_sock *s)
+{
+	bool w = atomic_load(&s->ep_parked) > 0;
+
+	pthread_mutex_lock(&s->mu);
+	for (struct wsd_epitem *it = s->ep_items; it && !w; it = it->s_next)
+		w = atomic_load(&it->set->waiters) || atomic_load(&it->set->nested);
+	pthread_mutex_unlock(&s->mu);
+	return w;
 }
 
 void wsd_poll_sock_gone(struct wsd_sock *s)
@@ -450,6 +518,7 @@ static void item_sync(struct epset *set, int epfd, struct wsd_epitem *it)
 	if (r)
 		return;
 	item_set_accel(set, it, accel);
+	item_unpark(set, it);
 	it->txs = txs;
 	it->kicked = true;      /* as after EPOLL_CTL_MOD: report what is ready now */
 	it->krev = 0;
@@ -476,13 +545,18 @@ void set_requeue(struct epset *set, int epfd)
 	pthread_mutex_unlock(&set->rq_mu);
 	if (all) {
 		for (unsigned b = 0; b <= set->hmask; b++)
-			for (it = set->hash[b]; it; it = it->h_next)
+			for (it = set->hash[b]; it; it = it->h_next) {
+				item_unpark(set, it);
 				if (item_stale(it))
 					item_sync(set, epfd, it);
+			}
 	}
 	for (unsigned i = 0; i < n && !all; i++)
-		if ((it = item_by_token(set, rq[i])) && item_stale(it))
-			item_sync(set, epfd, it);
+		if ((it = item_by_token(set, rq[i]))) {
+			item_unpark(set, it);
+			if (item_stale(it))
+				item_sync(set, epfd, it);
+		}
 	free(rq);
 }
 
@@ -575,6 +649,7 @@ static int ep_mod(struct epset *set, int epfd, int fd, struct wsd_epitem *it,
 	it->kicked = true;
 	it->krev = 0;
 	item_set_accel(set, it, accel);
+	item_unpark(set, it);
 	return 0;
 }
 
@@ -623,15 +698,8 @@ static int ep_ctl(struct epset *set, int epfd, int op, int fd, struct epoll_even
 		set_wake(set);
 	pthread_mutex_unlock(&set->mu);
 	if (!ret && inner) {
-		struct ep_link *l;
-
-		atomic_store(&inner->nested, true);
 		atomic_store(&set->has_inner, true);
-		/* the outer set's sleep must hear of the inner sockets' data */
-		pthread_mutex_lock(&inner->mu);
-		for (l = inner->accel.next; l != &inner->accel; l = l->next)
-			wsd_sock_arm(item_of(l)->sock, (short)(item_of(l)->events & POLL_BITS));
-		pthread_mutex_unlock(&inner->mu);
+		set_watch(inner);
 	}
 	items_free(dead);
 	free(nit);
@@ -642,6 +710,39 @@ static int ep_ctl(struct epset *set, int epfd, int op, int fd, struct epoll_even
 	return ret;
 }
 
+/*
+ * The set's readiness is watched through its own fd (another set, poll,
+ * select): from now on its sockets stay armed (wsd_poll_sock_watched), and
+ * those that are not yet are armed here.  Arming changes no edge state.
+ */
+void set_watch(struct epset *set)
+{
+	struct ep_link *l;
+
+	if (atomic_exchange(&set->nested, true))
+		return;
+	pthread_mutex_lock(&set->mu);
+	for (l = set->accel.next; l != &set->accel; l = l->next)
+		wsd_sock_arm(item_of(l)->sock, (short)(item_of(l)->events & POLL_BITS));
+	pthread_mutex_unlock(&set->mu);
+}
+
+void wsd_poll_fd_watched(int fd)
+{
+	struct epset **page, *set;
+
+	/* a look without the lock first: most fds name no set */
+	if (fd < 0 || fd >= MAP_FDS ||
+	    !(page = __atomic_load_n(&map[fd >> MAP_SHIFT], __ATOMIC_ACQUIRE)) ||
+	    !__atomic_load_n(&page[MAP_IDX(fd)], __ATOMIC_RELAXED))
+		return;
+	if ((set = set_get(fd))) {
+		set_watch(set);
+		set_refresh(set);
+		set_put(set);
+	}
+}
+
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	struct epset *set;
@@ -649,8 +750,12 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 	wsd_real_init();
 	set = set_get(epfd);
-	if (!set)
+	if (!set) {
+		/* a set of ours inside one made before us */
+		if (op == EPOLL_CTL_ADD)
+			wsd_poll_fd_watched(fd);
 		return real.epoll_ctl(epfd, op, fd, ev);
+	}
 	ret = ep_ctl(set, epfd, op, fd, ev);
 	set_put(set);
 	return (int)wsd_ret(ret);

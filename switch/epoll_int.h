@@ -24,7 +24,7 @@ struct wsd_epitem {
 	struct wsd_sock *sock;         /* held; NULL for other fds */
 	struct wsd_epitem *s_next;     /* on sock->ep_items (sock->mu) */
 	struct wsd_epitem *h_next;     /* the set's hash chain */
-	struct ep_link alink;          /* on set->accel while accelerated */
+	struct ep_link alink;          /* on set->accel or set->parked while accelerated */
 	int fd;
 	uint32_t gen;                  /* with fd, the token the kernel holds */
 	uint32_t events;               /* the application's */
@@ -34,6 +34,7 @@ struct wsd_epitem {
 	bool txs;                      /* ...and for POLLOUT: its sending side is the stream */
 	bool kicked;                   /* an edge to report if ready (ET) */
 	bool disabled;                 /* EPOLLONESHOT fired */
+	bool parked;                   /* on set->parked: armed, waits for a kernel event */
 	uint32_t last_rx_eagain, last_tx_eagain;   /* when last reported (ET) */
 	uint64_t last_mark;                        /* the ring's data end then (ET) */
 };
@@ -45,17 +46,27 @@ struct epset {
 	struct wsd_epitem **hash;      /* by fd */
 	unsigned hmask, count;
 	struct ep_link accel;          /* accelerated items, looked at by each wait */
-	_Atomic int naccel;
+	/*
+	 * Accelerated items a wait armed before it slept and found idle: their
+	 * peers ring on the next arrival, so no wait looks at their rings until
+	 * a kernel event (or a call that read their bells: rq) moves them back.
+	 * This keeps a wait's cost to the busy items, not to all of them.
+	 */
+	struct ep_link parked;
+	_Atomic int naccel;            /* on either list */
 	uint32_t gen;
 	int efd;                       /* wakes the waiters; -1 until a socket joins */
 	_Atomic int waiters;           /* threads asleep in the kernel on the set */
-	_Atomic bool nested;           /* in another epoll set: keep its fd's readiness true */
+	/* in another epoll set, or its fd given to poll or select: keep its
+	 * fd's readiness true (its sockets stay armed) */
+	_Atomic bool nested;
 	_Atomic bool has_inner;        /* an epoll set was added to it (arm_nested looks) */
 	/* sockets accelerated since the last look (tokens); rq_mu is innermost */
 	pthread_mutex_t rq_mu;
 	uint64_t *rq;
 	unsigned rq_len, rq_cap;
 	bool rq_all;                   /* the queue could not grow: look at every item */
+	bool rq_park_all;              /* ...and move every parked one back */
 	_Atomic bool rq_any;
 };
 
@@ -84,5 +95,10 @@ void set_wake(struct epset *set);
 void set_put(struct epset *set);
 struct epset *set_get(int fd);
 void set_requeue(struct epset *set, int epfd);
+void item_unpark(struct epset *set, struct wsd_epitem *it);
+void item_park(struct epset *set, struct wsd_epitem *it);
+void set_watch(struct epset *set);
+/* epoll_wait.c */
+void set_refresh(struct epset *set);
 
 #endif /* WSD_SWITCH_EPOLL_INT_H */

@@ -95,6 +95,9 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 		if (it->accel) {
 			it->krev |= ev[i].events;
 			it->kicked = true;
+			/* a bell may have spent its arm; and it is looked at again */
+			wsd_sock_bell_seen(it->sock);
+			item_unpark(set, it);
 			continue;
 		}
 		if (it->events & EPOLLONESHOT)
@@ -128,12 +131,23 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 			/* to the back: a busy socket does not starve the rest */
 			link_del(l);
 			link_add_tail(l, &moved);
-		} else if (it->krev && (it->events & EPOLLONESHOT) && !it->disabled) {
-			/* the kernel spent its one shot on a doorbell that did not count */
-			struct epoll_event kev = kernel_event(it->events, true, it->txs,
-							      item_token(it));
+		} else {
+			if (it->krev && (it->events & EPOLLONESHOT) && !it->disabled) {
+				/* the kernel spent its one shot on a doorbell that did not count */
+				struct epoll_event kev = kernel_event(it->events, true, it->txs,
+								      item_token(it));
 
-			real.epoll_ctl(epfd, EPOLL_CTL_MOD, it->fd, &kev);
+				real.epoll_ctl(epfd, EPOLL_CTL_MOD, it->fd, &kev);
+			}
+			/*
+			 * Armed and idle: its peer rings on the next arrival, so
+			 * later waits need not look until a kernel event.  Not
+			 * one that waits for room (that bell is the peer's
+			 * reading, and a reading of ours may take it).
+			 */
+			if (arm && (it->disabled || (!(it->events & POLL_WR_ALL) && !it->txs &&
+						     wsd_sock_parkable(it->sock))))
+				item_park(set, it);
 		}
 		it->krev = 0;
 	}
@@ -176,9 +190,37 @@ static int ep_block(int kind, int epfd, struct epoll_event *ev, int max, const s
 }
 
 /*
- * Before a set sleeps: the accelerated sockets of epoll sets inside it
- * (one level) ring when data comes, though nobody waited on the inner set
- * itself since.  Arming changes no edge state; it only asks for doorbells.
+ * A set watched through its fd (inside another, or polled): its sockets
+ * armed, so that data rings; and its wake-up fd, which keeps the set
+ * readable for level-triggered readiness that may remain, emptied when
+ * none does (its sockets' own doorbells still count).  Arming changes no
+ * edge state; it only asks for doorbells.
+ */
+void set_refresh(struct epset *set)
+{
+	bool ready = false;
+
+	pthread_mutex_lock(&set->mu);
+	for (struct ep_link *l = set->accel.next; l != &set->accel; l = l->next) {
+		struct wsd_epitem *it = item_of(l);
+		short want = (short)(it->events & POLL_BITS);
+
+		if (it->disabled)
+			continue;
+		wsd_sock_arm(it->sock, want);
+		ready |= accel_revents(it->sock, want, 0, false) != 0;
+	}
+	if (!ready && set->efd >= 0) {
+		uint64_t v;
+
+		(void)real.read(set->efd, &v, sizeof(v));
+	}
+	pthread_mutex_unlock(&set->mu);
+}
+
+/*
+ * Before a set sleeps: the sets inside it (one level), though nobody
+ * waited on them since.
  */
 static void arm_nested(struct epset *set)
 {
@@ -195,31 +237,7 @@ static void arm_nested(struct epset *set)
 				n++;
 	pthread_mutex_unlock(&set->mu);
 	for (unsigned i = 0; i < n; i++) {
-		struct ep_link *l;
-
-		bool ready = false;
-
-		pthread_mutex_lock(&inner[i]->mu);
-		for (l = inner[i]->accel.next; l != &inner[i]->accel; l = l->next) {
-			struct wsd_epitem *it = item_of(l);
-			short want = (short)(it->events & POLL_BITS);
-
-			if (it->disabled)
-				continue;
-			wsd_sock_arm(it->sock, want);
-			ready |= accel_revents(it->sock, want, 0, false) != 0;
-		}
-		/*
-		 * The inner set's wake-up fd keeps it readable for level-triggered
-		 * readiness that may remain; when none does, the outer set must
-		 * not see it ready (its sockets' own doorbells still count).
-		 */
-		if (!ready && inner[i]->efd >= 0) {
-			uint64_t v;
-
-			(void)real.read(inner[i]->efd, &v, sizeof(v));
-		}
-		pthread_mutex_unlock(&inner[i]->mu);
+		set_refresh(inner[i]);
 		set_put(inner[i]);
 	}
 }
@@ -232,9 +250,12 @@ static int ep_wait(struct epset *set, int epfd, struct epoll_event *ev, int max,
 	int n, r, err;
 
 	for (;;) {
-		bool more = deadline_left(dl, &left), capped = false;
+		bool more = deadline_left(dl, &left), capped = false, counted = false;
 
 		if (atomic_load(&set->naccel)) {
+			/* every item parked: each rings, nothing to spin on */
+			bool idle = __atomic_load_n(&set->accel.next, __ATOMIC_RELAXED) == &set->accel;
+
 			if (!polled) {
 				r = real.epoll_wait(epfd, ev, max, 0);
 				if (r < 0)
@@ -246,7 +267,7 @@ static int ep_wait(struct epset *set, int epfd, struct epoll_event *ev, int max,
 			if (!more)
 				return 0;
 			/* spin on the rings first; now and then ask the kernel too */
-			for (int64_t end = polled ? 0 : wsd_spin_until(spin_room(dl)), k = 1;
+			for (int64_t end = polled || idle ? 0 : wsd_spin_until(spin_room(dl)), k = 1;
 			     end && wsd_spin_burst(end); k++) {
 				r = k % 16 ? 0 : real.epoll_wait(epfd, ev, max, 0);
 				if (r < 0)
@@ -256,14 +277,24 @@ static int ep_wait(struct epset *set, int epfd, struct epoll_event *ev, int max,
 					return n;
 			}
 			wsd_recheck_ms = -1;
+			/*
+			 * Counted asleep before the last look: a socket another
+			 * thread reads dry from now on stays armed for us
+			 * (wsd_poll_sock_watched).
+			 */
+			atomic_fetch_add(&set->waiters, 1);
+			counted = true;
 			n = harvest(set, epfd, ev, 0, max, true);
-			if (n)
+			if (n) {
+				atomic_fetch_sub(&set->waiters, 1);
 				return n;
+			}
 			deadline_left(dl, &left);
 			capped = cap_wait(dl, &left);
 		}
 		arm_nested(set);
-		atomic_fetch_add(&set->waiters, 1);
+		if (!counted)
+			atomic_fetch_add(&set->waiters, 1);
 		r = ep_block(kind, epfd, ev, max, capped ? &(struct deadline){ .inf = false } : dl,
 			     &left, sigmask);
 		err = errno;

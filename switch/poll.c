@@ -277,9 +277,15 @@ out:
 	return n;
 }
 
-/* The first entry naming an accelerated socket (its reference in *sp), or nfds. */
+/*
+ * The first entry naming an accelerated socket (its reference in *sp), or
+ * nfds.  An epoll set among them is watched through its fd from now on.
+ */
 static nfds_t poll_first_accel(const struct pollfd *fds, nfds_t nfds, struct wsd_sock **sp)
 {
+	if (wsd_poll_sets_any())
+		for (nfds_t i = 0; i < nfds; i++)
+			wsd_poll_fd_watched(fds[i].fd);
 	if (!wsd_fd_any())
 		return nfds;
 	for (nfds_t i = 0; i < nfds; i++) {
@@ -378,6 +384,9 @@ static int fd_next(int fd, int nfds, fd_set *const sets[3])
 
 static int select_first_accel(int nfds, fd_set *const sets[3], struct wsd_sock **sp)
 {
+	if (wsd_poll_sets_any())
+		for (int fd = fd_next(0, nfds, sets); fd < nfds; fd = fd_next(fd + 1, nfds, sets))
+			wsd_poll_fd_watched(fd);
 	if (!wsd_fd_any())
 		return nfds;
 	for (int fd = fd_next(0, nfds, sets); fd < nfds; fd = fd_next(fd + 1, nfds, sets)) {

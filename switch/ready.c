@@ -127,6 +127,8 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 	pthread_mutex_lock(&s->rx_lock);
 	in = rx_readable(s, kernel);
 	if (!in && arm && (events & POLLIN) && s->rx_ready_sent) {
+		if (kernel & POLLIN)    /* a bell came: read it before arming again */
+			atomic_store(&s->sess->arm_live, false);
 		arm_data(s, false);
 		in = rx_readable(s, kernel);
 	}
@@ -207,6 +209,26 @@ void wsd_sock_arm(struct wsd_sock *s, short events)
 		put_word(ss, W_TX, CW_SPACE_ARM, ++ss->space_gen);
 		pthread_mutex_unlock(&s->tx_lock);
 	}
+}
+
+void wsd_sock_bell_seen(struct wsd_sock *s)
+{
+	if (s->sess)
+		atomic_store(&s->sess->arm_live, false);
+}
+
+bool wsd_sock_parkable(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	bool ok;
+
+	if (!ss || !s->rx_ready_sent || (s->rx_back && s->tx_back) || peer_bypass(ss))
+		return false;
+	pthread_mutex_lock(&s->rx_lock);
+	ok = s->rx_mode == DIR_RING && !s->tcp_eof && !s->tcp_err && atomic_load(&ss->arm_live) &&
+	     wsd_bells_announced(ctl_get(ss, CW_BELLS)) == ss->arm_bells && !rec_head(ss);
+	pthread_mutex_unlock(&s->rx_lock);
+	return ok;
 }
 
 /* Bytes a receive could return now (FIONREAD), or -1 to ask the kernel. */

@@ -211,8 +211,14 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		 * Ran dry: read the doorbells now, or the kernel fd stays readable
 		 * with nothing to read (a nested epoll set would report it).
 		 */
-		if (!rec_head(ss) && s->ep_items) {
-			/* in an epoll set (maybe nested): stay armed for the next arrival */
+		if (!rec_head(ss) && s->ep_items && wsd_poll_sock_watched(s)) {
+			/*
+			 * A set holding it sleeps in the kernel, or is watched
+			 * through its fd, or relies on its bell: stay armed for
+			 * the next arrival.  Otherwise the next epoll_wait looks
+			 * at the ring itself, and a peer that finds no arm writes
+			 * no bell (one send and one receive fewer each message).
+			 */
 			arm_data(s, false);
 		} else if (!rec_head(ss) && ss->data_gen != ss->drained_gen) {
 			pthread_mutex_lock(&s->mu);

@@ -62,6 +62,14 @@ struct wsd_session {
 	uint64_t rx_reported;
 	uint64_t data_gen, rung_space;
 	uint64_t drained_gen;        /* data_gen when bells were last read dry */
+	/*
+	 * The last arm we wrote, while no bell was announced after it: the
+	 * peer rings the next arrival without another word from us.  Set
+	 * under rx_lock; anyone may clear it (a kernel event says a bell came).
+	 */
+	_Atomic bool arm_live;
+	bool arm_self;               /* ...with the sleeper bit */
+	uint64_t arm_bells;          /* the peer's announced bells just after it */
 	uint64_t zc_finished;
 	/* doorbell bytes on the stream since the switch, each way (BACK counts them) */
 	uint64_t bells_tx;           /* tx_lock */

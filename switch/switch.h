@@ -241,6 +241,9 @@ struct wsd_sock {
 	struct wsd_stat_slot *stat;  /* this socket's published counters */
 	/* epoll sets this socket was added to (epoll.c; guarded by mu) */
 	struct wsd_epitem *ep_items;
+	/* of those, the sets that rely on its doorbell alone (parked there:
+	 * epoll_wait.c no longer looks at its ring until a kernel event) */
+	_Atomic int ep_parked;
 	/* bumped each time a recv/send returns EAGAIN: edge-triggered epoll
 	 * reports an accelerated socket again only after the application ran
 	 * dry (or a doorbell arrived) */
@@ -340,6 +343,13 @@ uint64_t wsd_sock_rx_mark(struct wsd_sock *s);
  */
 extern __thread int wsd_recheck_ms;
 void wsd_sock_arm(struct wsd_sock *s, short events);
+/* A kernel event came for s: its arm may be spent (a bell), so the next arm is written anew. */
+void wsd_sock_bell_seen(struct wsd_sock *s);
+/*
+ * Armed for data, the arm not rung, nothing in the ring: only a doorbell
+ * (a kernel event) or a call on s itself can make s readable.
+ */
+bool wsd_sock_parkable(struct wsd_sock *s);
 
 /*
  * A readiness wait (poll, select, epoll) on accelerated sockets spins a
@@ -414,6 +424,23 @@ char *wsd_prefix_env(void);
 
 /* s was accelerated, or became plain, or its sending side moved: re-register it in epoll sets. */
 void wsd_poll_sock_accelerated(struct wsd_sock *s);
+/*
+ * s->mu held.  Its doorbells were read by a call that does not arm again
+ * (a sender's or a blocking receiver's wait): the sets it is parked in
+ * look at it once more.
+ */
+void wsd_poll_sock_unpark(struct wsd_sock *s);
+/*
+ * s ran dry: whether it must stay armed for the next arrival, because a
+ * set holding it has a thread asleep in the kernel, is watched through
+ * its own fd (inside another set, or in poll), or is parked on it.
+ */
+bool wsd_poll_sock_watched(struct wsd_sock *s);
+/* fd is given to poll or select, or added to a set not ours: if it is an
+ * epoll set, its readiness is watched through its fd from now on. */
+void wsd_poll_fd_watched(int fd);
+/* Whether any epoll set of ours exists (a hint: no lock). */
+bool wsd_poll_sets_any(void);
 /* s's last fd closed: forget its epoll registrations. */
 void wsd_poll_sock_gone(struct wsd_sock *s);
 /* fd was closed (any fd): forget it if it was an epoll set. */

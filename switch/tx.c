@@ -230,8 +230,11 @@ static int stall_wait(struct wsd_sock *s, uint32_t len)
 	}
 	pthread_mutex_unlock(&s->tx_lock);
 	pthread_mutex_lock(&s->mu);
-	if (s->sleepers == 1)
+	if (s->sleepers == 1) {
 		drain(s);
+		/* the bells it read may have been an epoll set's (parked there) */
+		wsd_poll_sock_unpark(s);
+	}
 	s->sleepers--;
 	pthread_mutex_unlock(&s->mu);
 	pthread_mutex_lock(&s->tx_lock);

@@ -34,28 +34,46 @@ void sleeper_leave(struct wsd_sock *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* rx_lock held: the arm word just written, and what it stands for. */
+static void arm_written(struct wsd_session *ss, bool self)
+{
+	ss->arm_self = self;
+	ss->arm_bells = wsd_bells_announced(ctl_get(ss, CW_BELLS));
+	atomic_store(&ss->arm_live, true);
+}
+
 /*
  * rx_lock held: make the peer ring when data comes; drop old bells unless
  * another thread sleeps on them.  self: the caller already counts as a sleeper.
+ * An arm the peer has not rung yet, with no bell left unread, stands as it
+ * is: no word to write, no kernel socket to read.
  */
 void arm_data(struct wsd_sock *s, bool self)
 {
 	struct wsd_session *ss = s->sess;
+	uint64_t ann;
+	bool stands;
 
+	pthread_mutex_lock(&s->mu);
+	ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
+	stands = atomic_load(&ss->arm_live) && ss->arm_self == self && ann == ss->arm_bells &&
+		 ann == ss->bells_rx;
 	/*
 	 * Drop old bells only while the ring is empty: with data waiting, the
 	 * fd's readability is true, and an epoll set holding it (perhaps inside
 	 * another set) must keep seeing it.
 	 */
-	pthread_mutex_lock(&s->mu);
-	if (s->sleepers == (self ? 1 : 0) && !(s->rx_mode == DIR_RING && rec_head(ss)))
+	if (!stands && s->sleepers == (self ? 1 : 0) && !(s->rx_mode == DIR_RING && rec_head(ss)))
 		drain(s);
 	pthread_mutex_unlock(&s->mu);
 	/* a sender short of room may be asleep too: give it all we took */
 	if (ss->rx_pos != ss->rx_reported)
 		report(s, true);
+	if (stands)
+		return;
 	put_word(ss, W_RX, CW_DATA_ARM,
 		 __atomic_add_fetch(&ss->data_gen, 1, __ATOMIC_RELAXED) << 1 | self);
+	arm_written(ss, self);
 }
 
 /*
@@ -63,11 +81,13 @@ void arm_data(struct wsd_sock *s, bool self)
  * The sender may not have rung that arm (the data came before it looked),
  * and a sender that took it for a receiver still asleep would send by
  * read-based zero copy and wait for a reader that is off sending to it.
+ * The new word still arms, without the bit.
  */
 void disarm_data(struct wsd_sock *s)
 {
 	put_word(s->sess, W_RX, CW_DATA_ARM,
 		 __atomic_add_fetch(&s->sess->data_gen, 1, __ATOMIC_RELAXED) << 1);
+	arm_written(s->sess, false);
 }
 
 /*
@@ -172,8 +192,11 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		pthread_mutex_unlock(&s->mu);
 		return -EBADF;
 	}
-	if (s->sleepers == 1)
+	if (s->sleepers == 1) {
 		drain(s);
+		/* the bells it read may have been an epoll set's (parked there) */
+		wsd_poll_sock_unpark(s);
+	}
 	s->sleepers--;
 	pthread_mutex_unlock(&s->mu);
 	/* the peer's switch reset for a bypass: its word tells (the caller's next look) */

@@ -3,8 +3,8 @@
  * epoll on connected sockets: level- and edge-triggered, data.u64 handed
  * back unchanged, an epoll set inside another, EPOLL_CTL_MOD switching the
  * interest and the cookie, a registration that outlives the fd it was made
- * with (the kernel ties it to the open file, not the number), and one set
- * shared by threads.
+ * with (the kernel ties it to the open file, not the number), one set
+ * shared by threads, and sockets idle while their set slept.
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -289,6 +289,43 @@ static void shared_by_threads(void)
 	EXPECT(0, "close epoll", close(ep));
 }
 
+/*
+ * A socket idle while its set slept, then data: while the set sleeps,
+ * between two waits, and after it slept idle once more; and a set whose fd
+ * alone is polled (inside no other set) hears of its socket's data.
+ */
+static void idle_then_data(void)
+{
+	int fd = servant_connect(&s), ep = MUST(epoll_create1(0));
+	struct pollfd pfd = { .fd = ep, .events = POLLIN };
+
+	say("-- idle, then data");
+	EXPECT(0, "epoll_ctl ADD IN", ep_ctl(ep, EPOLL_CTL_ADD, fd, EPOLLIN, U_LATE));
+	show_wait(ep, 21, 0, "epoll_wait sleeps, idle");
+	servant_do(&s, 6, S_SEND_LATER, 9);
+	show_wait(ep, 5001, 1, "epoll_wait, data comes while it sleeps");
+	recv_servant_data(fd, 9);
+	show_wait(ep, 0, 0, "epoll_wait after reading");
+	servant_do(&s, 6, S_SEND, 5);
+	show_wait(ep, 5000, 1, "epoll_wait, data came between waits");
+	recv_servant_data(fd, 5);
+	show_wait(ep, 20, 0, "epoll_wait sleeps, idle again");
+	show_wait(ep, 21, 0, "and again");
+	servant_do(&s, 6, S_SEND, 6);
+	show_wait(ep, 5000, 1, "epoll_wait, data came after it slept idle");
+	show_wait(ep, 20, 1, "epoll_wait, still unread");
+	recv_servant_data(fd, 6);
+	EXPECT(0, "poll the set idle", poll(&pfd, 1, 0));
+	EXPECT(0, "poll the set, nothing comes", poll(&pfd, 1, 30));
+	servant_do(&s, 6, S_SEND_LATER, 4);
+	EXPECT(1, "poll the set, data comes while it sleeps", poll(&pfd, 1, 5000));
+	show_wait(ep, 0, 1, "epoll_wait, the data polled");
+	recv_servant_data(fd, 4);
+	EXPECT(0, "poll the set after reading", poll(&pfd, 1, 0));
+	EXPECT(0, "close", close(fd));
+	EXPECT(0, "close epoll", close(ep));
+}
+
 int main(int argc, char **argv)
 {
 	t_init(argc, argv);
@@ -298,6 +335,7 @@ int main(int argc, char **argv)
 	nested();
 	modify();
 	shared_by_threads();
+	idle_then_data();
 	servant_end(&s);
 	t_exit();
 }
