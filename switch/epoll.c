@@ -110,6 +110,7 @@ void item_park(struct epset *set, struct wsd_epitem *it)
 	link_del(&it->alink);
 	link_add_tail(&it->alink, &set->parked);
 	park_count(it, true);
+	it->idle = 0;
 }
 
 /* set->mu: back in the waits' walk. */

@@ -35,6 +35,7 @@ struct wsd_epitem {
 	bool kicked;                   /* an edge to report if ready (ET) */
 	bool disabled;                 /* EPOLLONESHOT fired */
 	bool parked;                   /* on set->parked: armed, waits for a kernel event */
+	uint16_t idle;                 /* looks since it was last ready or parked */
 	uint32_t last_rx_eagain, last_tx_eagain;   /* when last reported (ET) */
 	uint64_t last_mark;                        /* the ring's data end then (ET) */
 };

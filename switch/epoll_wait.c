@@ -24,6 +24,9 @@
  * report (its EAGAIN counters moved).  With arm, what is not ready (or for
  * ET, not yet reportable) asks for a doorbell.
  */
+/* Looks at an idle item before a wait that has not slept arms and parks it. */
+#define PARK_LOOKS 64
+
 static uint32_t item_ready(struct wsd_epitem *it, bool arm)
 {
 	struct wsd_sock *s = it->sock;
@@ -113,6 +116,12 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 	link_init(&moved);
 	for (l = set->accel.next; l != &set->accel; l = next) {
 		struct wsd_epitem *it = item_of(l);
+		/* one that waits for room is never parked (that bell is the
+		 * peer's reading, and a reading of ours may take it) */
+		bool may_park = it->disabled || !(it->events & POLL_WR_ALL);
+		/* idle for PARK_LOOKS looks of a wait that does not sleep yet
+		 * (one busy with other sockets): armed and parked all the same */
+		bool arm_it = arm || (may_park && ++it->idle >= PARK_LOOKS);
 		uint32_t r;
 
 		next = l->next;
@@ -120,8 +129,9 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 			more = true;
 			break;
 		}
-		r = item_ready(it, arm);
+		r = item_ready(it, arm_it);
 		if (r) {
+			it->idle = 0;
 			ev[out].events = r;
 			ev[out].data = it->data;
 			out++;
@@ -141,12 +151,9 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 			}
 			/*
 			 * Armed and idle: its peer rings on the next arrival, so
-			 * later waits need not look until a kernel event.  Not
-			 * one that waits for room (that bell is the peer's
-			 * reading, and a reading of ours may take it).
+			 * later waits need not look until a kernel event.
 			 */
-			if (arm && (it->disabled || (!(it->events & POLL_WR_ALL) && !it->txs &&
-						     wsd_sock_parkable(it->sock))))
+			if (arm_it && may_park && (it->disabled || wsd_sock_parkable(it->sock)))
 				item_park(set, it);
 		}
 		it->krev = 0;

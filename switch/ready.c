@@ -225,8 +225,10 @@ bool wsd_sock_parkable(struct wsd_sock *s)
 	if (!ss || !s->rx_ready_sent || (s->rx_back && s->tx_back) || peer_bypass(ss))
 		return false;
 	pthread_mutex_lock(&s->rx_lock);
-	ok = s->rx_mode == DIR_RING && !s->tcp_eof && !s->tcp_err && atomic_load(&ss->arm_live) &&
-	     wsd_bells_announced(ctl_get(ss, CW_BELLS)) == ss->arm_bells && !rec_head(ss);
+	/* not readable but by the kernel's word: in any mode but the ring's,
+	 * readiness is the kernel stream's, and the ring's first record rings */
+	ok = atomic_load(&ss->arm_live) &&
+	     wsd_bells_announced(ctl_get(ss, CW_BELLS)) == ss->arm_bells && !rx_readable(s, 0);
 	pthread_mutex_unlock(&s->rx_lock);
 	return ok;
 }
