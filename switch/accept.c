@@ -4,7 +4,8 @@
  * "Channels").  A listening socket registers its port with the SPI (an
  * acceptor thread per port); a connect request's HELLO, or an OPEN on a
  * channel, is matched against the connections the program accepted, or
- * waits for its accept (at most MAX_PENDING, PENDING_MS each), and is
+ * waits for its accept (at most MAX_PENDING HELLOs and MAX_PENDING_OPENS
+ * OPENs, PENDING_MS each), and is
  * answered ACCEPT/OPENED or REFUSE/DECLINE.  Locks: pend_lock guards the
  * requests in hand; up_lock the registry list.
  */
@@ -60,8 +61,10 @@ struct pending {
 };
 
 static struct reg *regs;
-static struct pending *pendings;
-static int npending;                 /* pend_lock */
+/* oldest first (pend_lock): expiry looks at the head, and the program
+ * accepts in about the order its peers connected */
+static struct pending *pendings, **pend_tail = &pendings;
+static int npending, npending_ws;    /* pend_lock: all, and those holding an SPI connection */
 static _Atomic int handshakes;       /* take_hello threads running */
 pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -73,7 +76,7 @@ static void match(int fd, struct wsd_sock *s, void *arg)
 	struct find *f = arg;
 
 	(void)fd;
-	if (f->found || s->listening || s->connected_side)
+	if (f->found || s->listening || s->connected_side || !wsd_stat_own(s->stat))
 		return;
 	/* accept() leaves the tuple to be learnt here, off the application's path */
 	if (!s->tuple_known && learn_tuple(s))
@@ -206,20 +209,28 @@ static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *
 	return CF_ACCEPT;
 }
 
-/* pend_lock held: HELLOs that waited too long, unlinked onto *old. */
+/* pend_lock held: *pp out of the list. */
+static struct pending *pending_unlink(struct pending **pp)
+{
+	struct pending *p = *pp;
+
+	*pp = p->next;
+	if (pend_tail == &p->next)
+		pend_tail = pp;
+	npending--;
+	npending_ws -= !p->ch;
+	p->next = NULL;
+	return p;
+}
+
+/* pend_lock held: requests that waited too long, unlinked onto *old. */
 static void pending_expire(uint64_t now, struct pending **old)
 {
-	struct pending **pp, *p;
+	while (pendings && now - pendings->when_ms > PENDING_MS) {
+		struct pending *p = pending_unlink(&pendings);
 
-	for (pp = &pendings; (p = *pp);) {
-		if (now - p->when_ms > PENDING_MS) {
-			*pp = p->next;
-			p->next = *old;
-			*old = p;
-			npending--;
-		} else {
-			pp = &p->next;
-		}
+		p->next = *old;
+		*old = p;
 	}
 }
 
@@ -253,7 +264,8 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 	wsd_fd_each(match, &f);
 	if (!f.found) {
 		pending_expire((uint64_t)wsd_now_ms(), &old);
-		full = npending >= MAX_PENDING;
+		full = q->ch ? npending - npending_ws >= MAX_PENDING_OPENS :
+			       npending_ws >= MAX_PENDING;
 		p = full ? NULL : calloc(1, sizeof(*p));
 		if (p) {
 			if (q->ch)
@@ -264,9 +276,10 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 			p->h = *q->h;
 			p->t = *t;
 			p->when_ms = (uint64_t)wsd_now_ms();
-			p->next = pendings;
-			pendings = p;
+			*pend_tail = p;
+			pend_tail = &p->next;
 			npending++;
+			npending_ws += !p->ch;
 		}
 	}
 	pthread_mutex_unlock(&pend_lock);
@@ -495,15 +508,13 @@ void wsd_upgrade_accepted(struct wsd_sock *s)
 		return;
 	}
 	pthread_mutex_unlock(&pend_lock);
-	if (learn_tuple(s))
+	if (!wsd_stat_own(s->stat) || learn_tuple(s))
 		return;
 	pthread_mutex_lock(&pend_lock);
 	pending_expire((uint64_t)wsd_now_ms(), &old);
 	for (pp = &pendings; (p = *pp); pp = &p->next) {
 		if (same(&s->stat->local, &p->t.server) && same(&s->stat->peer, &p->t.client)) {
-			*pp = p->next;
-			hit = p;
-			npending--;
+			hit = pending_unlink(pp);
 			break;
 		}
 	}
@@ -527,10 +538,9 @@ void accept_chan_dead(struct wsd_chan *ch)
 		struct pending *p = *pp;
 
 		if (p->ch == ch) {
-			*pp = p->next;
+			pending_unlink(pp);
 			p->next = drop_p;
 			drop_p = p;
-			npending--;
 		} else {
 			pp = &p->next;
 		}
@@ -551,6 +561,7 @@ void accept_atfork_child(void)
 	pthread_mutex_init(&pend_lock, NULL);
 	regs = NULL;
 	pendings = NULL;
-	npending = 0;
+	pend_tail = &pendings;
+	npending = npending_ws = 0;
 	atomic_store(&handshakes, 0);
 }

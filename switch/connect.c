@@ -30,12 +30,31 @@ static struct job *jobs, **jobs_tail = &jobs;
 static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
 static bool worker_up;
 
+/* A peer busy with requests is asked again after 50 ms, doubling, BUSY_TRIES times. */
+#define BUSY_RETRY_NS 50000000ull
+#define BUSY_TRIES 6
+
+static uint64_t coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void fail(struct wsd_sock *s, enum wsd_reason why)
 {
 	/* wsd stat names the connection that stays on TCP, whatever stopped it */
 	(void)learn_tuple(s);
-	atomic_store(&s->upgrade_state, UP_FAILED);
 	set_reason(s, why);
+	if (why == R_BUSY && s->busy_tries < BUSY_TRIES) {
+		/* the peer had too much in hand: its next data call after the pause asks again */
+		s->retry_ns = coarse_ns() + (BUSY_RETRY_NS << s->busy_tries++);
+		atomic_store(&s->upgrade_state, UP_NONE);
+		wsd_debug("switch: fd %d: the peer is busy; asks again", s->fd);
+		return;
+	}
+	atomic_store(&s->upgrade_state, UP_FAILED);
 	wsd_debug("switch: fd %d stays on TCP: %s", s->fd, wsd_reason_name(why));
 }
 
@@ -297,9 +316,9 @@ void wsd_upgrade_prestart(void)
 void wsd_upgrade_maybe(struct wsd_sock *s)
 {
 	const struct wsd_switch_params *p;
-	struct timespec ts;
 	struct job *j;
 	int expect = UP_NONE;
+	uint64_t now;
 
 	if (!s->connected_side) {
 		/*
@@ -336,10 +355,11 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 			wsd_chan_put(ch);
 		}
 	}
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	now = coarse_ns();
 	if (!s->chan_known && s->tcp_tx + s->tcp_rx < p->upgrade_bytes &&
-	    (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - s->created_ns <
-	    p->upgrade_ns)
+	    now - s->created_ns < p->upgrade_ns)
+		return;
+	if (now < s->retry_ns)
 		return;
 	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
 	if (s->no_upgrade) {
@@ -349,6 +369,11 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 	}
 	if (!atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_QUEUED))
 		return;
+	/* without a slot of its own its tuple is not its own (stat.c) */
+	if (!wsd_stat_own(s->stat)) {
+		fail(s, R_RESOURCES);
+		return;
+	}
 	if (s->chan_known ? !wsd_guard_room(0, SLOT_BYTES) :
 	    !wsd_guard_room(UPGRADE_FDS + (worker_up ? 0 : START_FDS), upgrade_bytes())) {
 		fail(s, R_RESOURCES);

@@ -5,7 +5,10 @@
  * Made on the first socket, not at load: most programs run under wsd never
  * open one, and they should leave nothing in /dev/shm.  Nothing here may
  * fail the application: when the file cannot be made or is full, a socket
- * gets a private dummy slot and is simply not shown.
+ * gets a slot of its own on the heap and is simply not shown (its tuple
+ * lives in its slot, and the upgrade matches connections by it: slots are
+ * never shared).  Only when even that allocation fails do sockets share
+ * the dummy, and such a socket never upgrades (wsd_stat_shown).
  *
  * The file's descriptor is closed as soon as it is mapped, so the program
  * never sees an fd it did not open; growing the reservation reopens the
@@ -18,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -51,8 +55,11 @@ static uint32_t next_new;             /* slots never used start here (= hiwater)
 static uint32_t free_idx[WSD_STAT_SLOTS], nfree;   /* freed slots, reused first */
 static _Atomic pid_t owner;           /* the process that made the file */
 
-/* Sockets that cannot be shown share this; nobody reads it. */
+/* Sockets left without any slot share this; nobody reads it. */
 static struct wsd_stat_slot dummy;
+
+/* used, for a slot on the heap (not in the table) */
+#define USED_HEAP 2
 
 static size_t slot_end(uint32_t i)
 {
@@ -208,7 +215,7 @@ void wsd_stat_refused(unsigned reason)
 
 struct wsd_stat_slot *wsd_stat_alloc(void)
 {
-	struct wsd_stat_slot *slot = &dummy;
+	struct wsd_stat_slot *slot;
 	uint32_t i;
 	int err;
 
@@ -220,13 +227,13 @@ struct wsd_stat_slot *wsd_stat_alloc(void)
 			table_failed = true;
 	}
 	if (!table)
-		goto out;
+		goto heap;
 	if (nfree)
 		i = free_idx[--nfree];
 	else if (next_new < WSD_STAT_SLOTS && reserve(slot_end(next_new)))
 		i = next_new++;
 	else
-		goto out;
+		goto heap;
 	slot = &table->slots[i];
 	wsd_stat_begin(slot);
 	slot_reset(slot, 1);
@@ -234,13 +241,27 @@ struct wsd_stat_slot *wsd_stat_alloc(void)
 	/* after the slot is reset: a reader scanning up to hiwater sees it whole */
 	if (i >= atomic_load_explicit(&table->hiwater, memory_order_relaxed))
 		atomic_store_explicit(&table->hiwater, i + 1, memory_order_release);
-out:
 	pthread_mutex_unlock(&lock);
 	return slot;
+heap:
+	pthread_mutex_unlock(&lock);
+	if (!(slot = calloc(1, sizeof(*slot))))
+		return &dummy;
+	slot->used = USED_HEAP;
+	return slot;
+}
+
+bool wsd_stat_own(const struct wsd_stat_slot *slot)
+{
+	return slot != &dummy;
 }
 
 void wsd_stat_free(struct wsd_stat_slot *slot)
 {
+	if (slot->used == USED_HEAP && slot != &dummy) {
+		free(slot);
+		return;
+	}
 	pthread_mutex_lock(&lock);
 	/*
 	 * Only a slot of our current table goes back: not the dummy, not a

@@ -11,11 +11,12 @@
 #define WSD_SWITCH_STAT_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define WSD_STAT_MAGIC   0x54534457u    /* "WDST" */
 #define WSD_STAT_VERSION 3u
-#define WSD_STAT_SLOTS   8192u
+#define WSD_STAT_SLOTS   65536u
 #define WSD_STAT_DIR     "/dev/shm"
 #define WSD_STAT_PREFIX  "wsd-stat."
 #define WSD_STAT_REASONS 32u           /* refused[]: enum wsd_reason, the last for any above */
@@ -62,8 +63,13 @@ struct wsd_stat_file {
 };
 
 /* The switch's side (switch/stat.c). */
-/* Never NULL: a private dummy slot when the table is full or unavailable. */
+/*
+ * Never NULL: one on the heap, not shown, when the table is full or
+ * unavailable; the shared dummy when even that fails.
+ */
 struct wsd_stat_slot *wsd_stat_alloc(void);
+/* false for the shared dummy: its tuple is anyone's, so its socket stays plain */
+bool wsd_stat_own(const struct wsd_stat_slot *slot);
 void wsd_stat_free(struct wsd_stat_slot *slot);
 /* Begin/end an update of the slot's descriptive fields (not the counters). */
 void wsd_stat_begin(struct wsd_stat_slot *slot);

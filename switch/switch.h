@@ -184,6 +184,9 @@ struct wsd_sock {
 	bool connected_side;         /* created by connect (the side that upgrades) */
 	bool chan_looked, chan_known;   /* a channel to the peer: looked for, found */
 	uint64_t created_ns;
+	/* the peer answered busy: asked again from this time (CLOCK_MONOTONIC_COARSE ns), busy_tries times so far */
+	uint64_t retry_ns;
+	uint8_t busy_tries;
 
 	pthread_mutex_t mu;          /* state below, session attach */
 	pthread_mutex_t tx_lock;     /* one sender at a time (as the socket lock) */

@@ -21,6 +21,14 @@
  */
 #define MAX_HANDSHAKES 32
 #define MAX_PENDING 64
+/*
+ * OPENs on channels waiting for the program's accept: each holds a few
+ * hundred bytes and no descriptor, and a client that opens connections
+ * faster than the server accepts them sends them ahead of the accepts (as
+ * the kernel's listen backlog holds connections).  Past it, DECLINE busy,
+ * and the connector asks again later.
+ */
+#define MAX_PENDING_OPENS 4096
 
 /*
  * What an upgrade costs the process: a new channel (measured: 9

@@ -85,13 +85,17 @@ static int full(void)
 			return 1;
 		}
 	}
-	extra = wsd_stat_alloc();   /* full: the dummy, never NULL */
+	extra = wsd_stat_alloc();   /* full: one of its own off the table, never NULL */
 	if (!extra || (extra >= s[0] && extra <= s[WSD_STAT_SLOTS - 1])) {
 		fprintf(stderr, "stat_writer: a full table gave %p\n", (void *)extra);
 		return 1;
 	}
+	if (!wsd_stat_own(extra) || extra == wsd_stat_alloc()) {
+		fprintf(stderr, "stat_writer: slots off the table are shared\n");
+		return 1;
+	}
 	wsd_stat_add(extra, &extra->tcp_tx, 1);
-	wsd_stat_free(extra);       /* does nothing */
+	wsd_stat_free(extra);       /* back to the heap, not to the table */
 	wsd_stat_free(s[100]);
 	wsd_stat_free(s[100]);      /* a second free must not hand it out twice */
 	again = wsd_stat_alloc();
