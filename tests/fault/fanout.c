@@ -218,19 +218,22 @@ static bool ok_end(const struct conn *c)
 		!strcmp(c->rx_end, "reset") || !strcmp(c->rx_end, "eio"));
 }
 
-/* Runs the connections to their ends: 0, 1 (a wrong byte) or 2. */
-static int run_all(struct conn *cs, int n)
+/* A thread for each connection, both ways; false when one could not start. */
+static bool start_all(struct conn *cs, int n, pthread_t *t)
 {
-	pthread_t *t = calloc((size_t)n, sizeof(*t));
-	int status = 0;
-
-	if (!t)
-		return 2;
 	for (int i = 0; i < n; i++)
 		if (pthread_create(&t[i], NULL, conn_main, &cs[i])) {
 			perror("fanout: thread");
-			return 2;
+			return false;
 		}
+	return true;
+}
+
+/* Waits for the connections' ends: 0, 1 (a wrong byte) or 2. */
+static int join_all(struct conn *cs, int n, pthread_t *t)
+{
+	int status = 0;
+
 	for (int i = 0; i < n; i++) {
 		pthread_join(t[i], NULL);
 		if (cs[i].wrong)
@@ -238,7 +241,6 @@ static int run_all(struct conn *cs, int n)
 		else if (status == 0 && !ok_end(&cs[i]))
 			status = 2;
 	}
-	free(t);
 	return status;
 }
 
@@ -247,6 +249,7 @@ static int serve(const char *portfile, uint64_t seed, int n)
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t alen = sizeof(a);
 	struct conn *cs = calloc((size_t)n, sizeof(*cs));
+	pthread_t *t = calloc((size_t)n, sizeof(*t));
 	char tmp[4096];
 	int ls = socket(AF_INET, SOCK_STREAM, 0);
 	FILE *f;
@@ -280,7 +283,7 @@ static int serve(const char *portfile, uint64_t seed, int n)
 	close(ls);
 	printf("accepted %d\n", n);
 	fflush(stdout);
-	return run_all(cs, n);
+	return t && start_all(cs, n, t) ? join_all(cs, n, t) : 2;
 }
 
 static int connect_all(const char *port, uint64_t seed, int n, uint32_t id0, uint32_t mib)
@@ -290,7 +293,6 @@ static int connect_all(const char *port, uint64_t seed, int n, uint32_t id0, uin
 	const char *(*path_of)(int) = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
 	struct conn *cs = calloc((size_t)n, sizeof(*cs));
 	pthread_t *t = calloc((size_t)n, sizeof(*t));
-	int status = 0;
 
 	if (!cs || !t)
 		return 2;
@@ -311,11 +313,8 @@ static int connect_all(const char *port, uint64_t seed, int n, uint32_t id0, uin
 		cs[i].seed_tx = seed ^ cs[i].id ^ 0x5555;
 		cs[i].seed_rx = seed ^ cs[i].id;
 	}
-	for (int i = 0; i < n; i++)
-		if (pthread_create(&t[i], NULL, conn_main, &cs[i])) {
-			perror("fanout: thread");
-			return 2;
-		}
+	if (!start_all(cs, n, t))
+		return 2;
 	/* under wsd run: say when every connection is on shm (10 s at most) */
 	for (int k = 0; path_of && k < 1000; k++) {
 		int on = 0;
@@ -334,14 +333,7 @@ static int connect_all(const char *port, uint64_t seed, int n, uint32_t id0, uin
 		}
 		usleep(10000);
 	}
-	for (int i = 0; i < n; i++) {
-		pthread_join(t[i], NULL);
-		if (cs[i].wrong)
-			status = 1;
-		else if (status == 0 && !ok_end(&cs[i]))
-			status = 2;
-	}
-	return status;
+	return join_all(cs, n, t);
 }
 
 int main(int argc, char **argv)
