@@ -125,11 +125,8 @@ void item_unpark(struct epset *set, struct wsd_epitem *it)
 
 static void item_set_accel(struct epset *set, struct wsd_epitem *it, bool accel)
 {
-	if (accel == it->accel) {
-		if (accel)
-			item_unpark(set, it);
+	if (accel == it->accel)
 		return;
-	}
 	if (accel) {
 		link_add_tail(&it->alink, &set->accel);
 		atomic_fetch_add(&set->naccel, 1);
@@ -714,18 +711,12 @@ static int ep_ctl(struct epset *set, int epfd, int op, int fd, struct epoll_even
 /*
  * The set's readiness is watched through its own fd (another set, poll,
  * select): from now on its sockets stay armed (wsd_poll_sock_watched), and
- * those that are not yet are armed here.  Arming changes no edge state.
+ * set_refresh arms those that are not yet.
  */
 void set_watch(struct epset *set)
 {
-	struct ep_link *l;
-
-	if (atomic_exchange(&set->nested, true))
-		return;
-	pthread_mutex_lock(&set->mu);
-	for (l = set->accel.next; l != &set->accel; l = l->next)
-		wsd_sock_arm(item_of(l)->sock, (short)(item_of(l)->events & POLL_BITS));
-	pthread_mutex_unlock(&set->mu);
+	atomic_store(&set->nested, true);
+	set_refresh(set);
 }
 
 void wsd_poll_fd_watched(int fd)
@@ -739,7 +730,6 @@ void wsd_poll_fd_watched(int fd)
 		return;
 	if ((set = set_get(fd))) {
 		set_watch(set);
-		set_refresh(set);
 		set_put(set);
 	}
 }

@@ -67,7 +67,6 @@ struct epset {
 	uint64_t *rq;
 	unsigned rq_len, rq_cap;
 	bool rq_all;                   /* the queue could not grow: look at every item */
-	bool rq_park_all;              /* ...and move every parked one back */
 	_Atomic bool rq_any;
 };
 
