@@ -496,7 +496,6 @@ ssize_t wsd_sock_recv(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	}
 	if (!nonblock)
 		atomic_fetch_add_explicit(&in_calls, 1, memory_order_relaxed);
-	atomic_fetch_add(&s->rx_callers, 1);
 	for (;;) {
 		n = recv_once(s, &c, flags, nonblock);
 		if (n <= 0) {
@@ -510,7 +509,6 @@ ssize_t wsd_sock_recv(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 			break;
 		}
 	}
-	atomic_fetch_sub(&s->rx_callers, 1);
 	if (!nonblock)
 		atomic_fetch_sub_explicit(&in_calls, 1, memory_order_relaxed);
 	return n;

@@ -251,9 +251,6 @@ struct wsd_sock {
 	 * reports an accelerated socket again only after the application ran
 	 * dry (or a doorbell arrived) */
 	_Atomic uint32_t rx_eagain, tx_eagain;
-	/* threads inside a receive on it: one that waits for room while
-	 * another reads is no mutual stall (tx.c, mutual_wait) */
-	_Atomic int rx_callers;
 };
 
 enum { UP_NONE = 0, UP_QUEUED, UP_RUNNING, UP_DONE, UP_FAILED };

@@ -184,7 +184,6 @@ bool mutual_wait(struct wsd_sock *s)
 	struct wsd_session *ss = s->sess;
 
 	return s->tx_mode == DIR_RING && s->rx_mode == DIR_RING &&
-	       !atomic_load(&s->rx_callers) &&
 	       ctl_get(ss, CW_SPACE_ARM) != ss->rung_space &&
 	       walk(ss, ss->rx_pos, 0, &(struct wire_rec){ 0 }, false) > 0;   /* no rx_lock */
 }
