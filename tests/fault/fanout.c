@@ -2,7 +2,7 @@
 /*
  * The program of chan_kill_check.sh: many connections between processes,
  * each a stream both ways whose every byte comes from a seeded generator
- * (the same as stream.c's), so that a receiver checks each byte against
+ * (fault.h, as stream.c's), so that a receiver checks each byte against
  * the one that belongs there.
  *
  *   fanout serve PORTFILE SEED CONNS
@@ -35,6 +35,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "tests/fault/fault.h"
+
 #define CHUNK (64u << 10)
 
 struct conn {
@@ -50,22 +52,6 @@ struct conn {
 };
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* stream.c's generator: word i is splitmix64 of (seed, i), little-endian. */
-static uint64_t word(uint64_t seed, uint64_t i)
-{
-	uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void fill(uint64_t seed, uint64_t pos, uint8_t *buf, size_t n)
-{
-	for (size_t k = 0; k < n; k++)
-		buf[k] = (uint8_t)(word(seed, (pos + k) / 8) >> (8 * ((pos + k) % 8)));
-}
 
 static const char *tx_name(int e)
 {
@@ -246,25 +232,12 @@ static int join_all(struct conn *cs, int n, pthread_t *t)
 
 static int serve(const char *portfile, uint64_t seed, int n)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t alen = sizeof(a);
 	struct conn *cs = calloc((size_t)n, sizeof(*cs));
 	pthread_t *t = calloc((size_t)n, sizeof(*t));
-	char tmp[4096];
-	int ls = socket(AF_INET, SOCK_STREAM, 0);
-	FILE *f;
+	int ls = listen_portfile(portfile, n, "fanout serve");
 
-	if (!cs || ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls, n) < 0 ||
-	    getsockname(ls, (struct sockaddr *)&a, &alen) < 0) {
-		perror("fanout serve: listen");
+	if (!cs || ls < 0)
 		return 2;
-	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp", portfile);
-	f = fopen(tmp, "w");
-	if (!f || fprintf(f, "%d\n", ntohs(a.sin_port)) < 0 || fclose(f) || rename(tmp, portfile)) {
-		perror("fanout serve: port file");
-		return 2;
-	}
 	for (int i = 0; i < n; i++) {
 		uint32_t h[2];
 

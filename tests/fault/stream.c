@@ -36,36 +36,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "tests/fault/fault.h"
+
 #define CHUNK (256u << 10)
-
-/* The stream's word i: splitmix64 of (seed, i), little-endian bytes. */
-static inline uint64_t word(uint64_t seed, uint64_t i)
-{
-	uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* The n bytes of the stream from position pos. */
-static void fill(uint64_t seed, uint64_t pos, uint8_t *buf, size_t n)
-{
-	size_t k = 0;
-
-	while (k < n) {
-		uint64_t w = word(seed, (pos + k) / 8);
-		unsigned off = (unsigned)((pos + k) % 8);
-
-		if (off == 0 && n - k >= 8) {
-			memcpy(buf + k, &w, 8);
-			k += 8;
-		} else {
-			buf[k] = (uint8_t)(w >> (8 * off));
-			k++;
-		}
-	}
-}
 
 static const char *err_name(int e)
 {
@@ -92,27 +65,14 @@ static int hold(int status)
 
 static int do_send(const char *portfile, uint64_t seed, uint64_t total)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t alen = sizeof(a);
 	static uint8_t buf[CHUNK];
 	uint64_t sent = 0;
 	useconds_t pause_us = getenv("STREAM_PAUSE_US") ? (useconds_t)atol(getenv("STREAM_PAUSE_US")) : 0;
-	char tmp[4096];
-	FILE *f;
 	int ls, fd;
 
-	ls = socket(AF_INET, SOCK_STREAM, 0);
-	if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls, 1) < 0 ||
-	    getsockname(ls, (struct sockaddr *)&a, &alen) < 0) {
-		perror("stream send: listen");
+	ls = listen_portfile(portfile, 1, "stream send");
+	if (ls < 0)
 		return 2;
-	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp", portfile);
-	f = fopen(tmp, "w");
-	if (!f || fprintf(f, "%d\n", ntohs(a.sin_port)) < 0 || fclose(f) || rename(tmp, portfile)) {
-		perror("stream send: port file");
-		return 2;
-	}
 	do {
 		fd = accept(ls, NULL, NULL);
 	} while (fd < 0 && errno == EINTR);
