@@ -10,20 +10,14 @@
 #  - the server is killed: both clients' connections end so, within 20 s.
 #
 # Never a wrong byte, never a hang.  WSD_FAULT_ROUNDS (default 3) rounds of
-# each; WSD_FAULT_SEED=S repeats a run.
+# each; WSD_FAULT_SEED=S repeats a run.  Not in make check yet: it finds the
+# open stall handover bug (tests/fault/README.md) in some runs.
 set -u
 . "${srcdir:-.}/tests/attack/common.sh"
 fanout=${top_builddir:-.}/tests/fault/fanout
 rounds=${WSD_FAULT_ROUNDS:-3}
 seed0=${WSD_FAULT_SEED:-$(( $(date +%s) % 100000 * 1000 ))}
 export WSD_UPGRADE_BYTES=1
-# Rings of 1 MiB: with 32 threads on two CPUs a reader can be off its CPU
-# for 50 ms, and smaller rings then fill both ways; the switch takes that
-# for two programs that both send before they read and moves the
-# connection back to the stream, and that move, with a reader thread of
-# the same socket running beside it, loses bytes: an open bug
-# (tests/fault/README.md), which this script is not the test of.
-export WSD_SWITCH_RING=${WSD_SWITCH_RING:-1048576}
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 wait_exit() {   # PID MS: 0 when PID ended within MS milliseconds
