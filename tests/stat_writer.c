@@ -75,7 +75,7 @@ static struct wsd_stat_slot *publish(int fd, int path, int reason, int family, c
 static int full(void)
 {
 	static struct wsd_stat_slot *s[WSD_STAT_SLOTS];
-	struct wsd_stat_slot *extra, *again;
+	struct wsd_stat_slot *extra, *again, *other;
 
 	for (unsigned int i = 0; i < WSD_STAT_SLOTS; i++) {
 		s[i] = wsd_stat_alloc();
@@ -90,19 +90,23 @@ static int full(void)
 		fprintf(stderr, "stat_writer: a full table gave %p\n", (void *)extra);
 		return 1;
 	}
-	if (!wsd_stat_own(extra) || extra == wsd_stat_alloc()) {
+	other = wsd_stat_alloc();
+	if (!wsd_stat_own(extra) || extra == other) {
 		fprintf(stderr, "stat_writer: slots off the table are shared\n");
 		return 1;
 	}
+	wsd_stat_free(other);
 	wsd_stat_add(extra, &extra->tcp_tx, 1);
 	wsd_stat_free(extra);       /* back to the heap, not to the table */
 	wsd_stat_free(s[100]);
 	wsd_stat_free(s[100]);      /* a second free must not hand it out twice */
 	again = wsd_stat_alloc();
-	if (again != s[100] || wsd_stat_alloc() == s[100]) {
+	other = wsd_stat_alloc();
+	if (again != s[100] || other == s[100]) {
 		fprintf(stderr, "stat_writer: a freed slot did not come back once\n");
 		return 1;
 	}
+	wsd_stat_free(other);       /* off the table again: its heap slot, freed (LSan) */
 	printf("full ok\n");
 	return 0;
 }
