@@ -184,19 +184,24 @@ void check_back(struct wsd_sock *s)
 		return;
 	}
 	memcpy(&bells, r.payload, sizeof(bells));
+	/*
+	 * The count of bells left to skip and the mode change under mu, as one:
+	 * the drain (another thread's, under mu alone) reads bells only while
+	 * rx is on the ring, so none can be taken after the count is fixed.
+	 */
 	pthread_mutex_lock(&s->mu);
 	e = wsd_wire_back_check(bells, lim, ss->bells_rx, &why);
 	if (!e) {
 		s->rx_skip = bells - ss->bells_rx;
 		s->rx_skip_end = bells;
+		consume(s, &r);
+		s->rx_mode = DIR_TCP;
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (e) {
 		protocol_fail(ss, why);
 		return;
 	}
-	consume(s, &r);
-	s->rx_mode = DIR_TCP;
 	s->peer_fin = false;        /* the stream carries the peer's FIN now */
 	s->tcp_eof = false;
 	wsd_debug("switch: fd %d receives by the stream again (%llu bells to skip)", s->fd,

@@ -111,7 +111,13 @@ void ring_space(struct wsd_sock *s)
 	struct wsd_session *ss = s->sess;
 	uint64_t v = ctl_get(ss, CW_SPACE_ARM);
 
-	if (v == ss->rung_space)
+	/*
+	 * A direction back on the stream rings no more (tx_switch says no),
+	 * and its sender may sit in a blocking kernel send holding tx_lock
+	 * until the peer reads the stream, which the peer does only once we
+	 * read our ring up to its BACK: do not wait for that lock here.
+	 */
+	if (v == ss->rung_space || s->tx_back)
 		return;
 	pthread_mutex_lock(&s->tx_lock);
 	if (tx_switch(s)) {
