@@ -114,6 +114,20 @@ static void where(struct conn *c, const uint8_t *got, size_t n)
 	}
 }
 
+/*
+ * WSD_FAULT_PAUSE_MS=N: the receiver stops reading for up to N ms (seeded)
+ * after each 4 MiB, so that both ends' senders fill their rings with no
+ * reader in sight: the switch's stall rule then moves connections back to
+ * the stream mid-transfer (stall_check.sh).
+ */
+static unsigned pause_ms;
+
+static void rx_pause(const struct conn *c, uint64_t before)
+{
+	if (pause_ms && before >> 22 != c->got >> 22)
+		usleep((useconds_t)(word(c->seed_rx ^ 0xa5a5, c->got >> 22) % pause_ms) * 1000);
+}
+
 static void rx_run(struct conn *c)
 {
 	uint8_t *buf = malloc(CHUNK), *want = malloc(CHUNK);
@@ -145,6 +159,7 @@ static void rx_run(struct conn *c)
 			break;
 		}
 		c->got += (uint64_t)n;
+		rx_pause(c, c->got - (uint64_t)n);
 	}
 	if (!buf || !want)
 		c->rx_end = "ENOMEM";
@@ -311,7 +326,10 @@ static int connect_all(const char *port, uint64_t seed, int n, uint32_t id0, uin
 
 int main(int argc, char **argv)
 {
+	const char *p = getenv("WSD_FAULT_PAUSE_MS");
+
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	pause_ms = p ? (unsigned)atoi(p) : 0;
 	if (argc == 5 && !strcmp(argv[1], "serve"))
 		return serve(argv[2], strtoull(argv[3], NULL, 0), atoi(argv[4]));
 	if (argc == 7 && !strcmp(argv[1], "connect"))
