@@ -1,6 +1,6 @@
 # Shared by the attack scripts; sourced, not run.  Sets wsd and prog (the
 # tuple program), a temporary folder tmp removed at exit with every pid in
-# pids killed, and fail and wait_file.
+# pids killed, and fail, now_ms, wait_exit and wait_file.
 wsd=${top_builddir:-.}/wsd/wsd
 prog=${top_builddir:-.}/tests/attack/tuple
 # In a sanitizer build libwsd.so carries the ASan runtime, loaded after the
@@ -19,6 +19,14 @@ fail() {
 		[ -f "$f" ] && { echo "--- $f"; cat "$f"; }
 	done
 	exit 1
+}
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+wait_exit() {   # PID MS: 0 when PID ended within MS milliseconds
+	t_end=$(( $(now_ms) + $2 ))
+	while kill -0 "$1" 2>/dev/null; do
+		[ "$(now_ms)" -lt "$t_end" ] || return 1
+		sleep 0.05
+	done
 }
 wait_file() {   # FILE [REGEX]: up to 10 s
 	n=0

@@ -13,19 +13,11 @@
 # each; WSD_FAULT_SEED=S repeats a run.
 set -u
 . "${srcdir:-.}/tests/attack/common.sh"
-fanout=${top_builddir:-.}/tests/fault/fanout
+. "${srcdir:-.}/tests/fault/fanout.sh"
 rounds=${WSD_FAULT_ROUNDS:-3}
 seed0=${WSD_FAULT_SEED:-$(( $(date +%s) % 100000 * 1000 ))}
 export WSD_UPGRADE_BYTES=1
 
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-wait_exit() {   # PID MS: 0 when PID ended within MS milliseconds
-	local end=$(( $(now_ms) + $2 ))
-	while kill -0 "$1" 2>/dev/null; do
-		[ "$(now_ms)" -lt "$end" ] || return 1
-		sleep 0.02
-	done
-}
 # ends FILE N: FILE has N connection lines, each a clean end
 ends() {
 	[ "$(grep -c '^conn ' "$1")" -eq "$2" ] &&
@@ -41,18 +33,7 @@ complete() {
 # is mid-stream when killed) and b (32 MiB)
 one_round() {
 	local seed=$1 victim=$2 spid apid bpid
-	rm -f "$tmp"/port "$tmp"/*.out "$tmp"/*.err "$tmp"/*.json
-	"$wsd" run -- "$fanout" serve "$tmp/port" "$seed" 16 >"$tmp/server.out" 2>"$tmp/server.err" &
-	spid=$!
-	pids="$pids $spid"
-	wait_file "$tmp/port" || fail "round $seed: the server did not listen"
-	"$wsd" run -- "$fanout" connect "$(cat "$tmp/port")" "$seed" 8 0 1024 >"$tmp/a.out" \
-		2>"$tmp/a.err" &
-	apid=$!
-	"$wsd" run -- "$fanout" connect "$(cat "$tmp/port")" "$seed" 8 100 32 >"$tmp/b.out" \
-		2>"$tmp/b.err" &
-	bpid=$!
-	pids="$pids $apid $bpid"
+	fanout_start "$seed" 1024 err
 	if ! wait_file "$tmp/a.out" "upgraded"; then
 		# a loaded machine (make -j2 check) can leave some of the 16 on TCP
 		# for a while: that round tests less; counted, and all rounds so is a failure

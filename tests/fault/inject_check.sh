@@ -23,7 +23,6 @@ lib=${top_builddir:-.}/tests/fault/.libs/libwsd_fault.so
 export WSD_LIB=$lib WSD_UPGRADE_BYTES=1 STREAM_HOLD=$tmp/go
 M=1048576
 
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 # holding FILE MS: FILE says "holding" within MS milliseconds
 holding() {
 	local end=$(( $(now_ms) + $2 ))

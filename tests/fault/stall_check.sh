@@ -16,19 +16,11 @@
 # rounds; WSD_FAULT_SEED=S repeats a run.
 set -u
 . "${srcdir:-.}/tests/attack/common.sh"
-fanout=${top_builddir:-.}/tests/fault/fanout
+. "${srcdir:-.}/tests/fault/fanout.sh"
 rounds=${WSD_FAULT_ROUNDS:-3}
 seed0=${WSD_FAULT_SEED:-$(( $(date +%s) % 100000 * 1000 ))}
 export WSD_UPGRADE_BYTES=1 WSD_SWITCH_RING=65536 WSD_FAULT_PAUSE_MS=200 WSD_DEBUG=1
 
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-wait_exit() {   # PID MS: 0 when PID ended within MS milliseconds
-	local end=$(( $(now_ms) + $2 ))
-	while kill -0 "$1" 2>/dev/null; do
-		[ "$(now_ms)" -lt "$end" ] || return 1
-		sleep 0.05
-	done
-}
 # whole FILE N: FILE has N connection lines, each a whole stream both ways
 whole() {
 	[ "$(grep -c '^conn ' "$1")" -eq "$2" ] &&
@@ -39,28 +31,16 @@ total=0
 echo "stall_check: $rounds rounds from seed $seed0"
 for r in $(seq 0 $((rounds - 1))); do
 	seed=$((seed0 + r))
-	rm -f "$tmp"/port "$tmp"/*.out "$tmp"/*.log
 	# the debug lines go to .log files: fail() shows only .out and .err
-	"$wsd" run -- "$fanout" serve "$tmp/port" "$seed" 16 >"$tmp/server.out" \
-		2>"$tmp/server.log" &
-	spid=$!
-	pids="$pids $spid"
-	wait_file "$tmp/port" || fail "round $seed: the server did not listen"
-	"$wsd" run -- "$fanout" connect "$(cat "$tmp/port")" "$seed" 8 0 32 >"$tmp/a.out" \
-		2>"$tmp/a.log" &
-	apid=$!
-	"$wsd" run -- "$fanout" connect "$(cat "$tmp/port")" "$seed" 8 100 32 >"$tmp/b.out" \
-		2>"$tmp/b.log" &
-	bpid=$!
-	pids="$pids $apid $bpid"
+	fanout_start "$seed" 32 log
 	for p in "$apid" "$bpid" "$spid"; do
 		wait_exit "$p" 60000 || fail "round $seed: a process hangs (pid $p)"
 		wait "$p" || fail "round $seed: pid $p exited $? (mismatch: 1)"
 	done
 	whole "$tmp/a.out" 8 && whole "$tmp/b.out" 8 && whole "$tmp/server.out" 16 ||
 		fail "round $seed: not every stream arrived whole"
-	grep -q '^upgraded' "$tmp/a.out" && grep -q '^upgraded' "$tmp/b.out" ||
-		fail "round $seed: the clients' connections were not all on shm"
+	# (not "all on shm at once": a stall may move one back before the last upgrades;
+	# a stall happens only on a ring, so the count below shows they were there)
 	n=$(cat "$tmp"/*.log | grep -c 'both ends wait for room')
 	total=$((total + n))
 	echo "round $seed: 16 connections whole both ways; $n stalls moved back to the stream"
