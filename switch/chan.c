@@ -61,6 +61,7 @@ struct peer_seg {
 	uint32_t tag;
 	bool failed;                 /* could not map: RDMA writes */
 	bool tell;                   /* MAPPED to send once the handshake is over */
+	uint64_t ino;                /* its memfd's, for wsd stat */
 };
 
 struct wsd_chan {
@@ -131,6 +132,14 @@ uint32_t wsd_chan_id(const struct wsd_chan *ch)
 uint32_t wsd_chan_peer_pid(const struct wsd_chan *ch)
 {
 	return ch->peer_pid;
+}
+
+void wsd_chan_mem_inodes(struct wsd_chan *ch, uint64_t ino[2])
+{
+	pthread_mutex_lock(&ch->mu);
+	ino[0] = ch->nsegs && ch->segs[0].shared ? ch->segs[0].ino : 0;
+	ino[1] = ch->peers[0].map ? ch->peers[0].ino : 0;
+	pthread_mutex_unlock(&ch->mu);
 }
 
 bool wsd_chan_dead(const struct wsd_chan *ch)
@@ -372,8 +381,10 @@ uint8_t *wsd_chan_peer_slot(struct wsd_chan *ch, const struct wsd_hello *h)
 		}
 		/* only a segment its owner cannot cut short under our stores (SIGBUS) */
 		if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == h->seg_len &&
-		    (fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) && !wsd_fault("ring-mmap", NULL))
+		    (fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) && !wsd_fault("ring-mmap", NULL)) {
 			m = mmap(NULL, h->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+			p->ino = (uint64_t)st.st_ino;
+		}
 		if (fd >= 0)
 			real.close(fd);
 		if (m != MAP_FAILED) {

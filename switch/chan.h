@@ -59,6 +59,11 @@ SOCKET wsd_chan_socket(const struct wsd_chan *ch);
 enum wsd_path wsd_chan_path(const struct wsd_chan *ch);
 /* A small number naming the channel in wsd stat (unique in this process). */
 uint32_t wsd_chan_id(const struct wsd_chan *ch);
+/*
+ * The inodes of its shm memory (0: none): our receive segment, and the
+ * peer's mapped here.  One segment each (MAX_SEGS); for wsd stat.
+ */
+void wsd_chan_mem_inodes(struct wsd_chan *ch, uint64_t ino[2]);
 /* The peer process's pid when the transport told it (shm), else 0. */
 uint32_t wsd_chan_peer_pid(const struct wsd_chan *ch);
 /* The handshake closed the SPI socket (it timed out): nothing to close later. */

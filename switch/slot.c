@@ -212,6 +212,13 @@ static void set_stat_path(struct wsd_sock *s)
 	atomic_store_explicit(&s->stat->channel, wsd_chan_id(s->sess->ch), memory_order_relaxed);
 	atomic_store_explicit(&s->stat->peer_pid, wsd_chan_peer_pid(s->sess->ch),
 			      memory_order_relaxed);
+	{
+		uint64_t ino[2];
+
+		wsd_chan_mem_inodes(s->sess->ch, ino);
+		atomic_store_explicit(&s->stat->mem_ino[0], ino[0], memory_order_relaxed);
+		atomic_store_explicit(&s->stat->mem_ino[1], ino[1], memory_order_relaxed);
+	}
 }
 
 /* mu held.  From now on the peer may switch its direction to the ring. */

@@ -201,6 +201,8 @@ static void slot_reset(struct wsd_stat_slot *s, uint32_t used)
 	atomic_store_explicit(&s->fallbacks, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->channel, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->peer_pid, 0, memory_order_relaxed);
+	atomic_store_explicit(&s->mem_ino[0], 0, memory_order_relaxed);
+	atomic_store_explicit(&s->mem_ino[1], 0, memory_order_relaxed);
 }
 
 void wsd_stat_refused(unsigned reason)

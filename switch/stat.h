@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define WSD_STAT_MAGIC   0x54534457u    /* "WDST" */
-#define WSD_STAT_VERSION 3u
+#define WSD_STAT_VERSION 4u
 #define WSD_STAT_SLOTS   65536u
 #define WSD_STAT_DIR     "/dev/shm"
 #define WSD_STAT_PREFIX  "wsd-stat."
@@ -47,6 +47,12 @@ struct wsd_stat_slot {
 	/* the channel it is a slot of (a number in this process, 0: none)
 	 * and the peer process at its other end (0: not known, as on verbs) */
 	_Atomic uint64_t channel, peer_pid;
+	/*
+	 * The inodes of the channel's receive memory on shm (0: none): ours,
+	 * and the peer's mapped here; wsd stat sums their pages from
+	 * /proc/PID/smaps, per channel.
+	 */
+	_Atomic uint64_t mem_ino[2];
 };
 
 struct wsd_stat_file {

@@ -94,6 +94,28 @@ assert (s[13]["local"], s[13]["peer"], s[13]["listening"], s[13]["reason"]) == \
 EOF
 echo "ok: --json parses and carries the same fields"
 
+# per channel: the sockets on it counted, its memory from the process's smaps
+# (stat_writer wrote 16 pages of a memfd and named its inode for channel 9)
+"$wsd" stat --channels "$pid" >"$tmp/chans" || fail "wsd stat --channels failed"
+[ "$(head -n 1 "$tmp/chans" | tr -s ' ' | sed 's/^ //')" = \
+  "PID COMM CHAN PATH PEER-PID SLOTS RSS-KIB PSS-KIB" ] ||
+	fail "no --channels header: $(head -n 1 "$tmp/chans")"
+got=$(awk -v p="$pid" '$1 == p' "$tmp/chans" | tr -s ' ' | sed 's/^ //')
+set -- $got
+[ "$#" -eq 8 ] && [ "$2 $3 $4 $5 $6" = "stat_writer 9 shm 4321 1" ] && [ "$7" -ge 64 ] &&
+	[ "$8" -ge 64 ] || { cat "$tmp/chans"; fail "channel row: '$got'"; }
+python3 - "$tmp/json" "$pid" <<'EOF2' || fail "wsd stat --json channels"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+p = [p for p in doc["processes"] if p["pid"] == int(sys.argv[2])][0]
+c = p["channels"]
+assert len(c) == 1 and c[0]["channel"] == 9 and c[0]["peer_pid"] == 4321, c
+assert c[0]["slots"] == 1 and c[0]["path"] == "shm" and c[0]["rss_kib"] >= 64, c
+EOF2
+"$wsd" stat --json --channels >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--json with --channels is not a usage error"
+echo "ok: --channels and the JSON channels: slots, peer, memory from smaps"
+
 # a pid filter shows only that process; a pid without a file is an error
 "$wsd" stat "$pid" >"$tmp/one" || fail "wsd stat $pid failed"
 [ "$(awk 'NR > 1 && $1 != '"$pid" "$tmp/one" | wc -l)" -eq 0 ] || fail "wsd stat $pid shows others"

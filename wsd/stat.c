@@ -27,6 +27,7 @@
 #include "switch/stat.h"
 #include "switch/switch.h"   /* enum wsd_path, enum wsd_reason: the values only */
 #include "wsd/cmd.h"
+#include "wsd/stat.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define HDR_LEN offsetof(struct wsd_stat_file, slots)
@@ -37,8 +38,6 @@ static const char *const path_names[] = {
 	[PATH_VERBS] = "verbs",
 };
 
-enum { C_TCP_TX, C_TCP_RX, C_COPY_TX, C_COPY_RX, C_ZCOPY_TX, C_ZCOPY_RX,
-       C_BELLS_TX, C_BELLS_RX, C_WAITS, C_FALLBACKS, C_CHANNEL, C_PEER_PID, NCTRS };
 
 /* the counters in column order: table heading, JSON key, offset in the slot */
 static const struct {
@@ -70,23 +69,6 @@ static const char *reason_text(unsigned r)
 	return buf;
 }
 
-/* one socket, as copied out of its slot, with its text ready */
-struct row {
-	uint32_t idx;
-	int32_t fd;
-	bool listening;
-	char local[56], peer[56];    /* "[v6addr%scope]:port" fits */
-	char path[16], reason[24];
-	uint64_t ctr[NCTRS];
-};
-
-struct proc {
-	int pid;
-	char comm[17];
-	uint64_t refused[WSD_STAT_REASONS];
-	struct row *rows;
-	size_t nrows;
-};
 
 /* ---- reading a file ----------------------------------------------------------- */
 
@@ -144,6 +126,8 @@ static bool slot_read(const struct wsd_stat_slot *src, uint32_t idx, struct row 
 		r->ctr[c] = atomic_load_explicit(
 			(const _Atomic uint64_t *)((const char *)src + ctrs[c].off),
 			memory_order_relaxed);
+	for (int k = 0; k < 2; k++)
+		r->mem_ino[k] = atomic_load_explicit(&src->mem_ino[k], memory_order_relaxed);
 	return true;
 }
 
@@ -368,7 +352,9 @@ static void print_json(const struct proc *procs, size_t nprocs)
 				printf(",\"%s\":%" PRIu64, ctrs[c].key, r->ctr[c]);
 			putchar('}');
 		}
-		printf("]}");
+		printf("]");
+		stat_channels_json(p);
+		printf("}");
 	}
 	printf("%s]}\n", nprocs ? "\n" : "");
 }
@@ -528,7 +514,7 @@ static void print_table(const struct proc *procs, size_t nprocs)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: wsd stat [--json] [PID...]\n");
+	fprintf(stderr, "usage: wsd stat [--json | --channels] [PID...]\n");
 	return 2;
 }
 
@@ -616,16 +602,18 @@ int cmd_stat(int argc, char **argv)
 	struct proc *procs = NULL;
 	size_t nprocs = 0;
 	int *want = NULL, nwant = 0, status, i, k;
-	bool json = false, *seen = NULL;
+	bool json = false, chans = false, *seen = NULL;
 
 	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			json = true;
+		} else if (!strcmp(argv[i], "--channels")) {
+			chans = true;
 		} else if (!strcmp(argv[i], "--")) {
 			i++;
 			break;
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: wsd stat [--json] [PID...]\n");
+			printf("usage: wsd stat [--json | --channels] [PID...]\n");
 			return 0;
 		} else {
 			return usage();
@@ -655,9 +643,18 @@ int cmd_stat(int argc, char **argv)
 			want[nwant++] = (int)strtol(argv[i], NULL, 10);
 	}
 
+	if (json && chans)
+		return usage();
 	status = scan(want, nwant, seen, &procs, &nprocs);
+	for (size_t j = 0; j < nprocs; j++)
+		if (stat_channels(&procs[j])) {
+			fprintf(stderr, "wsd stat: out of memory\n");
+			status = 1;
+		}
 	if (json)
 		print_json(procs, nprocs);
+	else if (chans)
+		stat_channels_table(procs, nprocs);
 	else
 		print_table(procs, nprocs);
 	for (k = 0; k < nwant; k++) {
@@ -667,8 +664,10 @@ int cmd_stat(int argc, char **argv)
 			status = 1;
 		}
 	}
-	for (size_t j = 0; j < nprocs; j++)
+	for (size_t j = 0; j < nprocs; j++) {
 		free(procs[j].rows);
+		free(procs[j].chans);
+	}
 	free(procs);
 	free(want);
 	free(seen);

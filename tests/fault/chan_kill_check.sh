@@ -58,6 +58,11 @@ if (len(socks) != 8 or len(ok) != 8 or not any(s.get("path") == "shm" for s in s
         len(chans) != 1 or 0 in chans):
     sys.exit("client a's 8 connections: %s" %
              [(s.get("path"), s.get("reason"), s.get("channel")) for s in socks])
+# the server's channel to a, as wsd stat sums it: 8 slots, memory resident
+ch = [c for p in d["processes"] for c in p.get("channels", [])
+      if c.get("peer_pid") == int(sys.argv[2])]
+if len(ch) != 1 or ch[0]["slots"] != 8 or ch[0]["rss_kib"] <= 0 or ch[0]["pss_kib"] <= 0:
+    sys.exit("the server's channel to client a: %s" % ch)
 EOF
 	if [ "$victim" = a ]; then
 		{ kill -9 "$apid"; wait "$apid"; } 2>/dev/null

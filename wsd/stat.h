@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wsd stat's own view of what it read (wsd/stat.c): a row per socket, a
+ * process per file; and the per-channel summary built from them
+ * (wsd/stat_chan.c).
+ */
+#ifndef WSD_STAT_INT_H
+#define WSD_STAT_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "switch/stat.h"
+
+enum { C_TCP_TX, C_TCP_RX, C_COPY_TX, C_COPY_RX, C_ZCOPY_TX, C_ZCOPY_RX,
+       C_BELLS_TX, C_BELLS_RX, C_WAITS, C_FALLBACKS, C_CHANNEL, C_PEER_PID, NCTRS };
+
+/* one socket, as copied out of its slot, with its text ready */
+struct row {
+	uint32_t idx;
+	int32_t fd;
+	bool listening;
+	char local[56], peer[56];    /* "[v6addr%scope]:port" fits */
+	char path[16], reason[24];
+	uint64_t ctr[NCTRS];
+	uint64_t mem_ino[2];         /* the channel's memory (switch/stat.h) */
+};
+
+/* one channel of a process: its sockets counted, its memory from smaps */
+struct chan_row {
+	uint64_t id, peer_pid;
+	char path[16];
+	unsigned slots;
+	uint64_t ino[2];
+	uint64_t rss_kib, pss_kib;
+};
+
+struct proc {
+	int pid;
+	char comm[17];
+	uint64_t refused[WSD_STAT_REASONS];
+	struct row *rows;
+	size_t nrows;
+	struct chan_row *chans;
+	size_t nchans;
+};
+
+/* p's channels from its rows, their memory from /proc/PID/smaps; -ENOMEM */
+int stat_channels(struct proc *p);
+void stat_channels_json(const struct proc *p);
+void stat_channels_table(const struct proc *procs, size_t nprocs);
+
+#endif
