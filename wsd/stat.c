@@ -30,6 +30,7 @@
 #include "wsd/stat.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+_Static_assert(WSD_STAT_NREFUSED == WSD_STAT_REASONS, "wsd/stat.h: refused[]");
 #define HDR_LEN offsetof(struct wsd_stat_file, slots)
 
 static const char *const path_names[] = {

@@ -11,7 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "switch/stat.h"
+/* switch/stat.h's WSD_STAT_REASONS (checked in wsd/stat.c) */
+#define WSD_STAT_NREFUSED 32
 
 enum { C_TCP_TX, C_TCP_RX, C_COPY_TX, C_COPY_RX, C_ZCOPY_TX, C_ZCOPY_RX,
        C_BELLS_TX, C_BELLS_RX, C_WAITS, C_FALLBACKS, C_CHANNEL, C_PEER_PID, NCTRS };
@@ -39,7 +40,7 @@ struct chan_row {
 struct proc {
 	int pid;
 	char comm[17];
-	uint64_t refused[WSD_STAT_REASONS];
+	uint64_t refused[WSD_STAT_NREFUSED];
 	struct row *rows;
 	size_t nrows;
 	struct chan_row *chans;
