@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -566,6 +567,57 @@ START_TEST(owner_check_end_to_end)
 }
 END_TEST
 
+/*
+ * (h) A process in another network namespace: its sockets are looked up in
+ * its namespace (/proc/PID/net), not ours (sock_diag answers for ours).  A
+ * child listens on 0.0.0.0:port in a namespace of its own, where nothing
+ * of ours is; the check must find that listener.
+ */
+START_TEST(owner_check_other_netns)
+{
+	int pp[2], go[2], info[2] = { -1, -1 };
+	pid_t pid;
+
+	ck_assert(pipe(pp) == 0 && pipe(go) == 0);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		struct sockaddr_in a = { .sin_family = AF_INET };
+		socklen_t al = sizeof(a);
+		int fd;
+		char c;
+
+		close(pp[0]);
+		close(go[1]);
+		alarm(20);
+		if (unshare(CLONE_NEWNET) ||
+		    (fd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+		    bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 1) ||
+		    getsockname(fd, (struct sockaddr *)&a, &al))
+			_exit(1);
+		info[0] = fd;
+		info[1] = ntohs(a.sin_port);
+		if (write(pp[1], info, sizeof(info)) != (ssize_t)sizeof(info))
+			_exit(1);
+		(void)read(go[0], &c, 1);   /* until the parent has looked */
+		_exit(0);
+	}
+	close(pp[1]);
+	close(go[0]);
+	ck_assert_int_eq(read(pp[0], info, sizeof(info)), (ssize_t)sizeof(info));
+	{
+		struct shm_owner o = want("127.0.0.1", (uint16_t)info[1]);
+
+		ck_assert_int_eq(shm_owner_check(pid, info[0], &o), 0);
+		o.port++;
+		ck_assert_int_eq(shm_owner_check(pid, info[0], &o), -EACCES);
+	}
+	close(go[1]);
+	close(pp[0]);
+	ck_assert_int_eq(wait_child(pid), 0);
+}
+END_TEST
+
 int main(void)
 {
 	TCase *tc;
@@ -586,5 +638,6 @@ int main(void)
 	tcase_add_test(tc, silent_connector_does_not_stall);
 	tcase_add_test(tc, owner_check_names_the_listener);
 	tcase_add_test(tc, owner_check_end_to_end);
+	tcase_add_test(tc, owner_check_other_netns);
 	return t_run("shm_proof", tc);
 }
