@@ -34,11 +34,24 @@ void sleeper_leave(struct wsd_sock *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* rx_lock held: the arm word just written, and what it stands for. */
-static void arm_written(struct wsd_session *ss, bool self)
+/*
+ * rx_lock held: write a new arm word, and note what it stands for.  The
+ * peer's announced bells are read BEFORE the word goes out: read after,
+ * they could already count the bell the peer rang for this very word, and
+ * once the drain took that bell the arm would look unrung (arm_data would
+ * let it stand) while the peer, having rung it, rings no more: a poll or
+ * a blocking receive would sleep on data that came until its next look at
+ * the ring, and an epoll set that parked the socket on that arm
+ * (wsd_sock_parkable) would not look again at all.
+ */
+static void arm_write(struct wsd_session *ss, bool self)
 {
+	uint64_t ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
+
+	put_word(ss, W_RX, CW_DATA_ARM,
+		 __atomic_add_fetch(&ss->data_gen, 1, __ATOMIC_RELAXED) << 1 | self);
 	ss->arm_self = self;
-	ss->arm_bells = wsd_bells_announced(ctl_get(ss, CW_BELLS));
+	ss->arm_bells = ann;
 	atomic_store(&ss->arm_live, true);
 }
 
@@ -71,9 +84,7 @@ void arm_data(struct wsd_sock *s, bool self)
 		report(s, true);
 	if (stands)
 		return;
-	put_word(ss, W_RX, CW_DATA_ARM,
-		 __atomic_add_fetch(&ss->data_gen, 1, __ATOMIC_RELAXED) << 1 | self);
-	arm_written(ss, self);
+	arm_write(ss, self);
 }
 
 /*
@@ -85,9 +96,7 @@ void arm_data(struct wsd_sock *s, bool self)
  */
 void disarm_data(struct wsd_sock *s)
 {
-	put_word(s->sess, W_RX, CW_DATA_ARM,
-		 __atomic_add_fetch(&s->sess->data_gen, 1, __ATOMIC_RELAXED) << 1);
-	arm_written(s->sess, false);
+	arm_write(s->sess, false);
 }
 
 /*
