@@ -15,7 +15,7 @@ cleanup() {
 trap cleanup EXIT
 fail() {
 	echo "FAIL: $*"
-	for f in "$tmp"/*.out "$tmp"/*.err "$tmp"/*.json; do
+	for f in "$tmp"/*.out "$tmp"/*.err "$tmp"/*.json "$tmp"/*.res; do
 		[ -f "$f" ] && { echo "--- $f"; cat "$f"; }
 	done
 	exit 1
@@ -28,11 +28,11 @@ wait_exit() {   # PID MS: 0 when PID ended within MS milliseconds
 		sleep 0.05
 	done
 }
-wait_file() {   # FILE [REGEX]: up to 10 s
+wait_file() {   # FILE [REGEX]: up to 10 s (WAIT_S seconds)
 	n=0
 	until [ -s "$1" ] && { [ $# -lt 2 ] || grep -q "$2" "$1"; }; do
 		n=$((n + 1))
-		[ $n -le 100 ] || return 1
+		[ $n -le $((${WAIT_S:-10} * 10)) ] || return 1
 		sleep 0.1
 	done
 }
