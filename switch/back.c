@@ -134,13 +134,19 @@ int go_back(struct wsd_sock *s)
 	return 0;
 }
 
-/* tx_lock held: the peer asked us back to the stream (it forks or execs). */
+/*
+ * tx_lock held: the peer asked us back to the stream (it forks or execs, or
+ * both ends stalled).  True when this direction is back, now or before
+ * (another thread of ours may have served the request while the caller
+ * slept): nothing may follow our BACK on the ring.
+ */
 bool serve_back(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
 
-	if (!ss || s->tx_back || s->detached ||
-	    !ctl_get(ss, CW_BACK_REQ))
+	if (s->tx_back)
+		return true;
+	if (!ss || s->detached || !ctl_get(ss, CW_BACK_REQ))
 		return false;
 	return go_back(s) == 0;
 }

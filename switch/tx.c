@@ -279,14 +279,8 @@ int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wait)
 	int r;
 
 	for (;;) {
-		/*
-		 * The peer forks or execs, or asked us back from a stall: the
-		 * rest goes by the stream.  Another thread of ours (a receive
-		 * serving the peer's request) may have sent our BACK while we
-		 * slept: nothing may follow it on the ring, or the peer, reading
-		 * the stream from there on, would never see it.
-		 */
-		if ((s->tx_back || serve_back(s)) && !zc_wait)
+		/* back to the stream (served here, or by another thread while we slept) */
+		if (serve_back(s) && !zc_wait)
 			return 1;
 		if (zc_wait ? ctl_get(ss, CW_ZC_DONE) >=
 			      ss->zc_sent : fits(ss, len, false))
