@@ -227,8 +227,7 @@ bool wsd_sock_parkable(struct wsd_sock *s)
 	pthread_mutex_lock(&s->rx_lock);
 	/* not readable but by the kernel's word: in any mode but the ring's,
 	 * readiness is the kernel stream's, and the ring's first record rings */
-	ok = atomic_load(&ss->arm_live) &&
-	     wsd_bells_announced(ctl_get(ss, CW_BELLS)) == ss->arm_bells && !rx_readable(s, 0);
+	ok = arm_unrung(ss) && !rx_readable(s, 0);
 	pthread_mutex_unlock(&s->rx_lock);
 	return ok;
 }

@@ -131,6 +131,8 @@ ssize_t send_zc(struct wsd_sock *s, const void *buf, size_t len);
 void sleeper_enter(struct wsd_sock *s);
 void sleeper_leave(struct wsd_sock *s);
 void arm_data(struct wsd_sock *s, bool self);
+/* The last arm word the peer has not rung yet (no bell announced since it went out)? */
+bool arm_unrung(struct wsd_session *ss);
 void disarm_data(struct wsd_sock *s);
 int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline);
 bool spin_for_data(struct wsd_sock *s);

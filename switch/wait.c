@@ -55,6 +55,12 @@ static void arm_write(struct wsd_session *ss, bool self)
 	atomic_store(&ss->arm_live, true);
 }
 
+bool arm_unrung(struct wsd_session *ss)
+{
+	return atomic_load(&ss->arm_live) &&
+	       wsd_bells_announced(ctl_get(ss, CW_BELLS)) == ss->arm_bells;
+}
+
 /*
  * rx_lock held: make the peer ring when data comes; drop old bells unless
  * another thread sleeps on them.  self: the caller already counts as a sleeper.
@@ -64,13 +70,11 @@ static void arm_write(struct wsd_session *ss, bool self)
 void arm_data(struct wsd_sock *s, bool self)
 {
 	struct wsd_session *ss = s->sess;
-	uint64_t ann;
 	bool stands;
 
 	pthread_mutex_lock(&s->mu);
-	ann = wsd_bells_announced(ctl_get(ss, CW_BELLS));
-	stands = atomic_load(&ss->arm_live) && ss->arm_self == self && ann == ss->arm_bells &&
-		 ann == ss->bells_rx;
+	/* the same kind of arm, unrung, and every bell before it read */
+	stands = ss->arm_self == self && arm_unrung(ss) && ss->arm_bells == ss->bells_rx;
 	/*
 	 * Drop old bells only while the ring is empty: with data waiting, the
 	 * fd's readability is true, and an epoll set holding it (perhaps inside
