@@ -361,7 +361,7 @@ static void print_json(const struct proc *procs, size_t nprocs)
 }
 
 /* A name fit for one table cell: control characters and broken UTF-8 as '?'. */
-static void comm_text(const char *comm, char *buf, size_t len)
+void comm_text(const char *comm, char *buf, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)comm;
 	size_t o = 0;

@@ -47,6 +47,8 @@ struct proc {
 	size_t nchans;
 };
 
+/* A name fit for one table cell: control characters and broken UTF-8 as '?'. */
+void comm_text(const char *comm, char *buf, size_t len);
 /* p's channels from its rows, their memory from /proc/PID/smaps; -ENOMEM */
 int stat_channels(struct proc *p);
 void stat_channels_json(const struct proc *p);

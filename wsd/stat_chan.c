@@ -28,14 +28,16 @@ static void add_memory(struct proc *p)
 {
 	char name[64], *line = NULL;
 	size_t cap = 0;
-	bool want[64] = { false };   /* per channel (the first 64): the mapping is its */
+	bool *want = calloc(p->nchans, sizeof(*want));   /* per channel: the mapping is its */
 	bool any = false;
 	FILE *f;
 
 	snprintf(name, sizeof(name), "/proc/%d/smaps", p->pid);
-	f = fopen(name, "re");
-	if (!f)
-		return;   /* another user's, or gone: memory not known (0) */
+	f = want ? fopen(name, "re") : NULL;
+	if (!f) {
+		free(want);
+		return;   /* another user's, or gone (or no memory): not known (0) */
+	}
 	while (getline(&line, &cap, f) > 0) {
 		unsigned long long ino, kib;
 		char key[32];
@@ -43,7 +45,7 @@ static void add_memory(struct proc *p)
 		/* a mapping's first line: start-end perms offset dev inode [path] */
 		if (sscanf(line, "%*x-%*x %*s %*x %*x:%*x %llu", &ino) == 1) {
 			any = false;
-			for (size_t i = 0; i < p->nchans && i < 64; i++) {
+			for (size_t i = 0; i < p->nchans; i++) {
 				const struct chan_row *c = &p->chans[i];
 
 				want[i] = ino && (ino == c->ino[0] || ino == c->ino[1]);
@@ -53,7 +55,7 @@ static void add_memory(struct proc *p)
 		}
 		if (!any || sscanf(line, "%31[A-Za-z_]: %llu kB", key, &kib) != 2)
 			continue;
-		for (size_t i = 0; i < p->nchans && i < 64; i++) {
+		for (size_t i = 0; i < p->nchans; i++) {
 			if (!want[i])
 				continue;
 			if (!strcmp(key, "Rss"))
@@ -64,6 +66,7 @@ static void add_memory(struct proc *p)
 	}
 	free(line);
 	fclose(f);
+	free(want);
 }
 
 int stat_channels(struct proc *p)
@@ -122,13 +125,9 @@ void stat_channels_table(const struct proc *procs, size_t nprocs)
 	for (size_t i = 0; i < nprocs; i++)
 		for (size_t j = 0; j < procs[i].nchans; j++) {
 			const struct chan_row *c = &procs[i].chans[j];
-			char comm[17];
+			char comm[64];
 
-			/* a name fit for one cell: control characters as '?' */
-			snprintf(comm, sizeof(comm), "%s", procs[i].comm);
-			for (char *q = comm; *q; q++)
-				if ((unsigned char)*q < 0x20 || *q == 0x7f || *q == ' ')
-					*q = '?';
+			comm_text(procs[i].comm, comm, sizeof(comm));
 			printf("%7d %-15s %5" PRIu64 " %-5s %8" PRIu64 " %6u %9" PRIu64 " %9" PRIu64
 			       "\n", procs[i].pid, comm, c->id, c->path, c->peer_pid, c->slots,
 			       c->rss_kib, c->pss_kib);
