@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -108,14 +109,36 @@ struct request {
 	struct wsd_chan *ch;
 	uint64_t req;
 	const struct wsd_hello *h;
+	bool boxed;                  /* an OPEN posted in our mailbox, at entry box */
+	int box;
+	struct wsd_sock *sock;       /* ...for this accepted socket */
+	struct wsd_session *grant;   /* ...and the session the entry granted */
 };
+
+/* An answer to an OPEN: in the mailbox entry it came in, else a message. */
+static int answer(const struct request *q, struct wsd_chmsg *a)
+{
+	if (!q->boxed)
+		return wsd_chan_send(q->ch, a);
+	/* a DECLINE gives the grant back: the peer may have written its slot */
+	wsd_chan_box_reply(q->ch, q->box, a, a->h.kind == MSG_DECLINE ? q->grant : NULL,
+			   a->h.kind == MSG_OPENED ? q->sock : NULL);
+	return 0;
+}
 
 static void answer_no(const struct request *q, enum wsd_reason why)
 {
-	if (q->ch)
+	struct wsd_chmsg m = { .h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
+				      .kind = MSG_DECLINE, .reason = why }, .req = q->req };
+
+	if (q->boxed) {
+		wsd_stat_refused(why);
+		answer(q, &m);
+	} else if (q->ch) {
 		decline(q->ch, q->req, why);
-	else
+	} else {
 		refuse(q->ws, why);
+	}
 }
 
 static void server_attach(struct wsd_sock *s, const struct request *q)
@@ -138,12 +161,14 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 		return;
 	}
 	why = R_RESOURCES;
-	if (!wsd_guard_room(ch ? 0 : UPGRADE_FDS, ch ? SLOT_BYTES : upgrade_bytes()))
+	/* a grant's slot was made ahead, within the room of its time */
+	if (!q->grant &&
+	    !wsd_guard_room(ch ? 0 : UPGRADE_FDS, ch ? SLOT_BYTES : upgrade_bytes()))
 		goto no;
 	why = R_PROVIDER;
 	if (!ch && !(ch = wsd_chan_new(q->ws, path_of(q->ws), false, NULL)))
 		goto no;
-	ss = wsd_session_new(ch);
+	ss = q->grant ? q->grant : wsd_session_new(ch);
 	if (!ss) {
 		if (!q->ch)
 			wsd_chan_put(ch);   /* closes q->ws with it: refused below, on nothing */
@@ -154,7 +179,7 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	a.req = q->req;
 	if (wsd_fault("accept-delay", &ms))
 		usleep((useconds_t)ms * 1000);
-	if (q->ch ? wsd_chan_send(ch, &a) : send_msg(q->ws, &a.h)) {
+	if (q->ch ? answer(q, &a) : send_msg(q->ws, &a.h)) {
 		wsd_session_free(ss);
 		if (!q->ch)
 			wsd_chan_put(ch);
@@ -176,7 +201,7 @@ no:
 	return;
 no_ch:
 	if (q->ch)
-		decline(q->ch, q->req, R_PROVIDER);
+		answer_no(q, R_PROVIDER);
 	else
 		wsd_stat_refused(R_PROVIDER);
 	atomic_store(&s->upgrade_state, UP_FAILED);
@@ -498,9 +523,90 @@ void wsd_upgrade_unlisten(struct wsd_sock *s)
 	pthread_mutex_unlock(&up_lock);
 }
 
+/*
+ * An accepted connection whose peer posted its OPEN in our mailbox (shm):
+ * answered here, in the program's accept or first receive, where a message
+ * would wait for our channel thread.  Cheap when no OPEN waits.
+ */
+void wsd_upgrade_box(struct wsd_sock *s)
+{
+	struct wsd_chan *ch;
+	struct wsd_chmsg m;
+	struct wsd_session *grant = NULL;
+	const char *why = NULL;
+	int idx;
+
+	if (s->listening || s->connected_side || s->sess || s->no_upgrade ||
+	    atomic_load(&s->upgrade_state) != UP_NONE)
+		return;
+	if (!wsd_chan_box_any()) {
+		wsd_chan_box_refill();   /* grants the peers used or gave up, made again */
+		return;
+	}
+	if (!wsd_stat_own(s->stat) || (!s->tuple_known && learn_tuple(s)))
+		return;
+	ch = wsd_chan_box_take(&s->stat->local, &s->stat->peer, &idx, &m, &grant);
+	if (!ch)
+		return;
+	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
+	if (wsd_wire_chmsg_check(&m, &why) || m.h.kind != MSG_OPEN ||
+	    m.t.version != WSD_PROTO_VERSION) {
+		wsd_debug("switch: channel %u: a posted OPEN refused: %s", wsd_chan_id(ch),
+			  m.h.kind != MSG_OPEN ? "not an OPEN" : why ? why : "tuple: another version");
+		answer_no(&(struct request){ .ch = ch, .req = m.req, .boxed = true, .box = idx,
+					     .grant = grant }, R_PROTOCOL);
+	} else {
+		server_attach(s, &(struct request){ .ws = INVALID_SOCKET, .ch = ch, .req = m.req,
+						     .h = &m.h, .boxed = true, .box = idx,
+						     .grant = grant, .sock = s });
+	}
+	wsd_chan_box_grant(ch);   /* the entry's next grant, when the peer freed it */
+	wsd_chan_put(ch);
+}
+
+/*
+ * The first blocking receive of an accepted connection, in a process that
+ * granted its peers entries in its mailboxes: such a peer posts its OPEN a
+ * few microseconds after its connect returns, often after our accept, and
+ * a receive asleep in the kernel would leave the OPEN to be taken back and
+ * the first bytes to go by the stream.  So wait, spinning, for the OPEN or
+ * for data, whichever comes first, up to BOX_FIRST_NS: a plain peer's
+ * bytes end the wait as they come.
+ */
+#define BOX_FIRST_NS 100000
+
+void wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock)
+{
+	int64_t end;
+
+	if (s->first_waited)
+		return;
+	s->first_waited = true;
+	wsd_upgrade_box(s);
+	if (nonblock || s->sess || atomic_load(&s->upgrade_state) != UP_NONE ||
+	    !wsd_chan_box_busy())
+		return;
+	end = wsd_now_ns() + BOX_FIRST_NS;
+	for (int i = 0; wsd_now_ns() < end; i++) {
+		char c;
+
+		if (wsd_chan_box_any()) {
+			wsd_upgrade_box(s);
+			if (atomic_load(&s->upgrade_state) != UP_NONE)
+				return;
+		}
+		if (i % 16 == 0 && real.recv(s->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0)
+			return;   /* data, or the end: the stream's */
+		/* the peer may share our CPU: it must run to post */
+		sched_yield();
+	}
+}
+
 void wsd_upgrade_accepted(struct wsd_sock *s)
 {
 	struct pending **pp, *p, *hit = NULL, *old = NULL;
+
+	wsd_upgrade_box(s);
 
 	pthread_mutex_lock(&pend_lock);
 	if (!pendings) {

@@ -157,7 +157,7 @@ static int64_t kernel_taken(int fd, bool high)
  * high: as kernel_taken's (an acknowledgement arriving between the two
  * questions).  Before our FIN only: the kernel counts that too.
  */
-static int64_t kernel_put(int fd, bool high)
+int64_t kernel_written(int fd, bool high)
 {
 	struct tcp_info_rx ti;
 	socklen_t len = sizeof(ti);
@@ -181,7 +181,7 @@ static int64_t kernel_put(int fd, bool high)
  */
 void bells_tx_base(struct wsd_sock *s)
 {
-	int64_t t = kernel_put(s->fd, true);
+	int64_t t = kernel_written(s->fd, true);
 
 	s->sess->k_tx_base = t < 0 ? -1 : t - (int64_t)s->sess->bells_tx;
 }
@@ -201,7 +201,7 @@ bool bells_tx_check(struct wsd_sock *s)
 
 	if (ss->k_tx_base < 0 || s->tx_mode != DIR_RING || s->kernel_fin || s->tx_back)
 		return false;
-	t = kernel_put(s->fd, false);
+	t = kernel_written(s->fd, false);
 	if (t < 0 || t <= ss->k_tx_base + (int64_t)ss->bells_tx)
 		return false;
 	session_fail(ss, R_BYPASS, "bytes were written to the kernel socket by a call the "

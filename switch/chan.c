@@ -30,83 +30,11 @@
 
 #include "provider/fault.h"
 #include "provider/internal.h"
-#include "switch/chan.h"
+#include "switch/chan_int.h"
 #include "switch/session.h"
 
-#define MAX_SEGS 1                   /* one segment a side, registered before any message */
-#define SHM_SLOTS 16384              /* on shm, at most (the registration's 4 GiB bound them too) */
-#define VERBS_SLOTS 64               /* registered memory is pinned: fewer on verbs */
-enum { SL_USED = 1, SL_PEER = 2 };
-#define SWEEP_MS 500
-#define IDLE_MS 10000                /* a connector's channel with no slot lives this long */
-#define OUTS 32                      /* messages in flight on a channel; more wait in line */
-
-struct seg {
-	uint8_t *mem;
-	size_t len;                  /* with the tag page */
-	uint32_t nslots, stride, tag;
-	uint8_t *state;              /* per slot: SL_USED (our session holds it), SL_PEER
-					(the peer may still write it) */
-	uint32_t *freel, nfree;      /* slots free again, taken first */
-	uint32_t fresh;              /* slots never used start here */
-	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
-	int memfd;                   /* shm: until the peer mapped it (MAPPED) */
-	bool shared;                 /* a memfd's pages: MADV_REMOVE gives them back */
-	uint64_t ino;
-};
-
-struct peer_seg {
-	uint8_t *map;
-	size_t len;
-	uint32_t tag;
-	bool failed;                 /* could not map: RDMA writes */
-	bool tell;                   /* MAPPED to send once the handshake is over */
-	uint64_t ino;                /* its memfd's, for wsd stat */
-};
-
-struct wsd_chan {
-	struct wsd_chan *next;       /* the table (connectors) or the live list */
-	_Atomic int refs;
-	pthread_mutex_t mu;
-	pthread_mutex_t send_mu;
-	SOCKET ws;
-	enum wsd_path path;
-	bool connector;
-	struct wsd_stat_addr key;
-	uint32_t id;
-	pid_t owner;                 /* the process it belongs to (fork) */
-	uint32_t peer_pid;
-	_Atomic bool dead;
-	bool reading;
-	int64_t idle_since;          /* ms, with no slot in use; 0 while one is */
-	uint32_t ring;
-	struct seg segs[MAX_SEGS];
-	uint32_t nsegs, slots_used;
-	struct peer_seg peers[MAX_SEGS];
-	struct wsd_session **sess;   /* the sessions on it */
-	size_t nsess, capsess;
-	/* the receive posted on the port */
-	WSAOVERLAPPED ov;
-	struct wsd_chmsg in;
-	WSABUF inb;
-	/*
-	 * Sends (send_mu): overlapped, their completions on the port, so that
-	 * no thread waits for the peer's reader (two readers each waiting
-	 * for the other to take a message would wait for ever).
-	 */
-	struct out {
-		WSAOVERLAPPED ov;
-		struct wsd_chmsg m;
-		bool busy;
-	} outs[OUTS];
-	struct backlog {
-		struct backlog *next;
-		struct wsd_chmsg m;
-	} *bl_head, **bl_tail;
-};
-
-static pthread_mutex_t tab_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct wsd_chan *chans;        /* every live channel of this process */
+pthread_mutex_t wsd_chan_tab_lock = PTHREAD_MUTEX_INITIALIZER;
+struct wsd_chan *wsd_chans;           /* every live channel of this process */
 static uint32_t next_id = 1;
 static struct wsd_port *port;
 static bool thread_up;
@@ -246,12 +174,29 @@ fail:
 	return -ENOMEM;
 }
 
+static void slot_drop(struct wsd_chan *ch, uint32_t seg, uint32_t k, uint8_t side);
+
+/* mu held: the SHUTs the peer queued in our mailbox page, taken as messages are. */
+static void shuts_taken(struct wsd_chan *ch)
+{
+	uint32_t offs[64];
+	int n = wsd_chan_shut_take(ch, offs, 64);
+
+	for (int i = 0; i < n; i++) {
+		struct seg *g = &ch->segs[0];
+
+		if (ch->nsegs && offs[i] % g->stride == 0 && offs[i] / g->stride < g->nslots)
+			slot_drop(ch, 0, offs[i] / g->stride, SL_PEER);
+	}
+}
+
 int wsd_chan_slot_get(struct wsd_chan *ch, struct wsd_slot *sl)
 {
 	struct seg *g = &ch->segs[0];
 	uint32_t k;
 
 	pthread_mutex_lock(&ch->mu);
+	shuts_taken(ch);
 	if (!ch->nsegs || (!g->nfree && g->fresh == g->nslots)) {
 		pthread_mutex_unlock(&ch->mu);
 		return -ENOSPC;   /* a full channel: the connection stays on TCP */
@@ -274,18 +219,42 @@ static void slot_drop(struct wsd_chan *ch, uint32_t seg, uint32_t k, uint8_t sid
 {
 	struct seg *g = &ch->segs[seg];
 
-	if (!(g->state[k] & side))
+	if (!(g->state[k] & side) || g->state[k] == SL_WARM)
 		return;   /* a SHUT for a slot not in use: the peer's mistake, ignored */
 	g->state[k] &= (uint8_t)~side;
 	if (g->state[k])
 		return;
 	g->freel[g->nfree++] = k;
-	/* a slot at rest costs nothing: the next owner starts from zero pages */
-	if (g->shared)
-		madvise(g->mem + (size_t)k * g->stride, g->stride, MADV_REMOVE);
-	else if (ch->path == PATH_SHM)
-		madvise(g->mem + (size_t)k * g->stride, g->stride, MADV_DONTNEED);
+	/*
+	 * A slot at rest costs nothing: its pages go back at the next sweep
+	 * (slots_rest), unless a connection takes it first, as short ones
+	 * following each other do: giving pages back shoots down the TLB of
+	 * every CPU that maps them, and the next connection faults them in.
+	 */
+	if (ch->path == PATH_SHM)
+		g->state[k] = SL_WARM;
 	/* registered memory (verbs) stays: the adapter holds its pages */
+}
+
+/* mu held: free slots' pages back, the SHUTs queued to us taken first (the sweep). */
+static void slots_rest(struct wsd_chan *ch)
+{
+	shuts_taken(ch);
+	for (uint32_t i = 0; i < ch->nsegs; i++) {
+		struct seg *g = &ch->segs[i];
+
+		for (uint32_t f = 0; f < g->nfree; f++) {
+			uint32_t k = g->freel[f];
+
+			if (g->state[k] != SL_WARM)
+				continue;
+			g->state[k] = 0;
+			if (g->shared)
+				madvise(g->mem + (size_t)k * g->stride, g->stride, MADV_REMOVE);
+			else
+				madvise(g->mem + (size_t)k * g->stride, g->stride, MADV_DONTNEED);
+		}
+	}
 }
 
 void wsd_chan_slot_done(struct wsd_chan *ch, const struct wsd_slot *sl, bool peer_writes,
@@ -296,7 +265,7 @@ void wsd_chan_slot_done(struct wsd_chan *ch, const struct wsd_slot *sl, bool pee
 
 	if (!ch || ch->owner != getpid())
 		return;   /* a fork child's copy: the parent's */
-	if (shut && !atomic_load(&ch->dead)) {
+	if (shut && !atomic_load(&ch->dead) && !wsd_chan_shut_post(ch, peer_seg, peer_off)) {
 		struct wsd_chmsg m = { .h = { .magic = WSD_PROTO_MAGIC,
 					      .version = WSD_PROTO_VERSION, .kind = MSG_SHUT,
 					      .region_fd = -1, .seg = peer_seg,
@@ -461,6 +430,7 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	atomic_init(&ch->refs, 1);
 	pthread_mutex_init(&ch->mu, NULL);
 	pthread_mutex_init(&ch->send_mu, NULL);
+	pthread_mutex_init(&ch->box_mu, NULL);
 	ch->ws = ws;
 	ch->path = path;
 	ch->connector = connector;
@@ -474,9 +444,9 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 		chan_free(ch);
 		return NULL;
 	}
-	pthread_mutex_lock(&tab_lock);
+	pthread_mutex_lock(&wsd_chan_tab_lock);
 	ch->id = next_id++;
-	pthread_mutex_unlock(&tab_lock);
+	pthread_mutex_unlock(&wsd_chan_tab_lock);
 	return ch;
 }
 
@@ -589,7 +559,7 @@ static void out_done(struct wsd_chan *ch, WSAOVERLAPPED *ov)
 		wsd_chan_end(ch);
 }
 
-/* tab_lock held: the port and its thread, once per process. */
+/* wsd_chan_tab_lock held: the port and its thread, once per process. */
 static int start_thread(void)
 {
 	if (thread_up)
@@ -619,24 +589,26 @@ int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid)
 	int r;
 
 	ch->peer_pid = peer_pid;
-	pthread_mutex_lock(&tab_lock);
+	pthread_mutex_lock(&wsd_chan_tab_lock);
 	r = start_thread();
 	if (!r)
 		r = wsd_port_associate(port, ch->ws, (uintptr_t)ch);
 	if (!r) {
 		wsd_chan_hold(ch);   /* the receive's, until the channel dies */
 		ch->reading = true;
-		ch->next = chans;
-		chans = ch;
+		ch->next = wsd_chans;
+		wsd_chans = ch;
 		if (post_recv(ch))
 			atomic_store(&ch->dead, true);   /* the thread's next sweep unlinks it */
 	}
-	pthread_mutex_unlock(&tab_lock);
+	pthread_mutex_unlock(&wsd_chan_tab_lock);
 	for (uint32_t i = 0; !r && i < MAX_SEGS; i++)
 		if (ch->peers[i].tell) {
 			ch->peers[i].tell = false;
 			send_mapped(ch, i);
 		}
+	if (!r)
+		wsd_chan_box_grant(ch);   /* the listening side's: its peer's first-byte OPENs */
 	return r;
 }
 
@@ -644,8 +616,8 @@ struct wsd_chan *wsd_chan_find(const struct wsd_stat_addr *key)
 {
 	struct wsd_chan *ch;
 
-	pthread_mutex_lock(&tab_lock);
-	for (ch = chans; ch; ch = ch->next)
+	pthread_mutex_lock(&wsd_chan_tab_lock);
+	for (ch = wsd_chans; ch; ch = ch->next)
 		if (ch->connector && !atomic_load(&ch->dead) && ch->owner == getpid() &&
 		    ch->key.family == key->family && ch->key.port == key->port &&
 		    !memcmp(ch->key.addr, key->addr, sizeof(key->addr)))
@@ -654,14 +626,14 @@ struct wsd_chan *wsd_chan_find(const struct wsd_stat_addr *key)
 		wsd_chan_hold(ch);
 		ch->idle_since = 0;   /* taken: not idle (mu not needed for a hint) */
 	}
-	pthread_mutex_unlock(&tab_lock);
+	pthread_mutex_unlock(&wsd_chan_tab_lock);
 	return ch;
 }
 
-/* tab_lock held: unlink; the receive's reference is the caller's to drop. */
+/* wsd_chan_tab_lock held: unlink; the receive's reference is the caller's to drop. */
 static void unlink_chan(struct wsd_chan *ch)
 {
-	for (struct wsd_chan **pp = &chans; *pp; pp = &(*pp)->next)
+	for (struct wsd_chan **pp = &wsd_chans; *pp; pp = &(*pp)->next)
 		if (*pp == ch) {
 			*pp = ch->next;
 			break;
@@ -673,6 +645,7 @@ static void chan_died(struct wsd_chan *ch)
 {
 	atomic_store(&ch->dead, true);
 	wsd_upgrade_chan_dead(ch);
+	wsd_chan_box_drop(ch);
 	pthread_mutex_lock(&ch->mu);
 	for (uint32_t i = 0; i < ch->nsegs; i++)
 		for (uint32_t k = 0; k < ch->segs[i].fresh; k++)
@@ -715,9 +688,10 @@ static void sweep(int64_t now)
 {
 	struct wsd_chan *ch, *end = NULL;
 
-	pthread_mutex_lock(&tab_lock);
-	for (ch = chans; ch; ch = ch->next) {
+	pthread_mutex_lock(&wsd_chan_tab_lock);
+	for (ch = wsd_chans; ch; ch = ch->next) {
 		pthread_mutex_lock(&ch->mu);
+		slots_rest(ch);
 		for (size_t i = 0; i < ch->nsess; i++)
 			wsd_session_sweep(ch->sess[i], now);
 		if (!end && ch->connector && !atomic_load(&ch->dead) && ch->slots_used == 0 &&
@@ -728,7 +702,7 @@ static void sweep(int64_t now)
 		}
 		pthread_mutex_unlock(&ch->mu);
 	}
-	pthread_mutex_unlock(&tab_lock);
+	pthread_mutex_unlock(&wsd_chan_tab_lock);
 	if (end) {
 		int err;
 
@@ -767,15 +741,17 @@ static void *chan_main(void *arg)
 				if (!atomic_load(&ch->dead) && post_recv(ch) == 0)
 					continue;
 			}
-			pthread_mutex_lock(&tab_lock);
+			pthread_mutex_lock(&wsd_chan_tab_lock);
 			unlink_chan(ch);
-			pthread_mutex_unlock(&tab_lock);
+			pthread_mutex_unlock(&wsd_chan_tab_lock);
 			chan_died(ch);
 			wsd_chan_put(ch);   /* the receive's */
 		}
 		if (wsd_now_ms() - last >= SWEEP_MS) {
 			last = wsd_now_ms();
 			sweep(last);
+			wsd_upgrade_box_sweep();
+			wsd_chan_box_refill();
 		}
 	}
 	atomic_fetch_sub(&wsd_threads_busy, 1);
@@ -786,8 +762,8 @@ static void *chan_main(void *arg)
 
 void wsd_chan_atfork_child(void)
 {
-	pthread_mutex_init(&tab_lock, NULL);
-	chans = NULL;       /* the parent's: the child's sessions on them are detached */
+	pthread_mutex_init(&wsd_chan_tab_lock, NULL);
+	wsd_chans = NULL;       /* the parent's: the child's sessions on them are detached */
 	port = NULL;        /* its ring is the parent's too */
 	thread_up = false;
 }

@@ -114,6 +114,62 @@ void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_c
 /* The channel died: requests it had in hand are answered DECLINE (upgrade.c). */
 void wsd_upgrade_chan_dead(struct wsd_chan *ch);
 
+/* ---- the mailbox (mbox.c; shm only) ---- */
+
+#define WSD_BOX_N 16u                /* entries in a segment's mailbox */
+
+/*
+ * The listening side: every entry free again (or given up by the peer)
+ * gets a grant, a session made ahead whose slot the entry describes; and
+ * the grants dropped when the channel ends.
+ */
+void wsd_chan_box_grant(struct wsd_chan *ch);
+void wsd_chan_box_drop(struct wsd_chan *ch);
+/* ...for every listening channel of ours (the sweep). */
+void wsd_chan_box_refill(void);
+/* An OPEN waits in one of our mailboxes (a look at the state words, no tuple learnt). */
+bool wsd_chan_box_any(void);
+/* ...or one may come: an entry granted, or being written. */
+bool wsd_chan_box_busy(void);
+/*
+ * An OPEN posted to us for the connection (local, peer), taken: its
+ * channel held, its entry in *idx, a copy in *m (still to be checked), the
+ * session the entry granted in *grant; or NULL.
+ */
+struct wsd_chan *wsd_chan_box_take(const struct wsd_stat_addr *local,
+				   const struct wsd_stat_addr *peer, int *idx, struct wsd_chmsg *m,
+				   struct wsd_session **grant);
+/*
+ * Our answer to the OPEN at idx: OPENED for the accepted socket s (grant
+ * NULL: the connection has it; s held until the peer frees the entry, or
+ * rejects it: then wsd_sock_unswitched), or DECLINE with the grant given
+ * back (the peer may have written its slot, which stays the entry's until
+ * the peer frees the entry; s NULL).
+ */
+void wsd_chan_box_reply(struct wsd_chan *ch, int idx, const struct wsd_chmsg *a,
+			struct wsd_session *grant, struct wsd_sock *s);
+
+/*
+ * The connecting side: a granted entry claimed (its grant's description,
+ * checked, in *g), or -1; our OPEN posted in it; its answer (1 with it in
+ * *a, or 0 not yet); the entry freed once we are done with the grant's
+ * slot (rejected: after OPENED, the connection stayed on the stream); or
+ * our OPEN taken back unread (true; the grant is given up), false when the
+ * peer took it first (it answers).
+ */
+/*
+ * SHUT by memory: the peer's slot (seg, off) that we will not write again,
+ * queued in the peer's mailbox page (false: no room, or no mailbox: send
+ * the message); and the slots of ours the peer so queued (up to max).
+ */
+bool wsd_chan_shut_post(struct wsd_chan *ch, uint32_t seg, uint32_t off);
+int wsd_chan_shut_take(struct wsd_chan *ch, uint32_t *offs, int max);
+int wsd_chan_box_claim(struct wsd_chan *ch, struct wsd_hello *g);
+void wsd_chan_box_post(struct wsd_chan *ch, int idx, const struct wsd_chmsg *m);
+int wsd_chan_box_answer(struct wsd_chan *ch, int idx, struct wsd_chmsg *a);
+void wsd_chan_box_release(struct wsd_chan *ch, int idx, bool rejected);
+bool wsd_chan_box_withdraw(struct wsd_chan *ch, int idx);
+
 /* fork, in the child: the parent's channels are not the child's (forgotten, not freed). */
 void wsd_chan_atfork_child(void);
 /* No more requests on the channel; its provider connection shuts down (the memory stays). */

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,13 +83,21 @@ static socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to
 
 /* ---- requests on a channel (the connecting side) ---------------------------------- */
 
-/* An OPEN we sent, until its answer: the socket and the session it is for. */
+/*
+ * An OPEN we sent, until its answer: the socket and the session it is for.
+ * One posted in the peer's mailbox (boxed) is answered there: the thread
+ * that claimed it looks, while the others leave it alone.
+ */
 struct open_req {
 	struct open_req *next;
 	uint64_t req;
 	struct wsd_chan *ch;
 	struct wsd_sock *s;          /* held */
 	struct wsd_session *ss;
+	bool boxed, claimed;         /* pend_lock */
+	int box;
+	int64_t posted_ns;
+	struct wsd_chmsg m;          /* to send as a message if taken back */
 };
 
 static struct open_req *opens;        /* pend_lock */
@@ -137,22 +146,66 @@ static void client_open(struct wsd_sock *s, struct wsd_chan *ch, const struct ws
 	pthread_mutex_unlock(&pend_lock);
 }
 
-void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_chmsg *m)
+/*
+ * On shm, with a grant in the peer's mailbox: the OPEN is posted there,
+ * and the connection's first sends go at once into the granted slot's
+ * ring, unproven (the session is the socket's prov, not yet its sess): the
+ * peer reads none of it before our proof, which we write only once it
+ * answered OPENED and is ready (settle).  A DECLINE, or an OPEN taken back
+ * unread, sends those bytes by the stream instead.  false: no grant.
+ */
+static bool client_open_granted(struct wsd_sock *s, struct wsd_chan *ch,
+				const struct wsd_tuple *t)
 {
-	struct open_req *o = NULL;
+	struct wsd_chmsg m = { .t = *t };
+	struct wsd_hello g;
+	struct open_req *o;
+	struct wsd_session *ss;
+	int idx;
 
-	pthread_mutex_lock(&pend_lock);
-	for (struct open_req **pp = &opens; *pp; pp = &(*pp)->next)
-		if ((*pp)->ch == ch && (*pp)->req == req) {
-			o = *pp;
-			*pp = o->next;
-			break;
-		}
-	pthread_mutex_unlock(&pend_lock);
-	if (!o) {
-		wsd_debug("switch: channel %u: an answer to no request", wsd_chan_id(ch));
-		return;
+	idx = wsd_chan_box_claim(ch, &g);
+
+	if (idx < 0)
+		return false;
+	o = calloc(1, sizeof(*o));
+	ss = o ? wsd_session_new(ch) : NULL;
+	if (!ss) {
+		free(o);
+		wsd_chan_box_release(ch, idx, false);
+		return false;
 	}
+	wsd_session_peer(ss, &g);
+	if (!wsd_session_mapped(ss)) {
+		wsd_session_forget_peer(ss);
+		wsd_session_free(ss);
+		free(o);
+		wsd_chan_box_release(ch, idx, false);
+		return false;
+	}
+	wsd_session_hello(ss, &m.h, MSG_OPEN);
+	wsd_sock_hold(s);
+	o->ch = ch;
+	o->s = s;
+	o->ss = ss;
+	o->boxed = true;
+	o->box = idx;
+	pthread_mutex_lock(&s->tx_lock);
+	s->prov = ss;
+	pthread_mutex_unlock(&s->tx_lock);
+	atomic_fetch_add(&wsd_prov_open, 1);
+	pthread_mutex_lock(&pend_lock);
+	o->req = m.req = next_req++;
+	o->posted_ns = wsd_now_ns();
+	o->next = opens;
+	opens = o;
+	pthread_mutex_unlock(&pend_lock);
+	wsd_chan_box_post(ch, idx, &m);
+	return true;
+}
+
+/* The answer to o (unlinked), m NULL when the channel died first. */
+static void open_answered(struct wsd_chan *ch, struct open_req *o, const struct wsd_chmsg *m)
+{
 	if (m && m->h.kind == MSG_OPENED) {
 		wsd_session_peer(o->ss, &m->h);
 		wsd_session_known(o->ss);
@@ -166,6 +219,224 @@ void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_c
 	free(o);
 }
 
+void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_chmsg *m)
+{
+	struct open_req *o = NULL;
+
+	pthread_mutex_lock(&pend_lock);
+	for (struct open_req **pp = &opens; *pp; pp = &(*pp)->next)
+		if ((*pp)->ch == ch && (*pp)->req == req && !(*pp)->boxed) {
+			o = *pp;
+			*pp = o->next;
+			break;
+		}
+	pthread_mutex_unlock(&pend_lock);
+	if (!o) {
+		wsd_debug("switch: channel %u: an answer to no request", wsd_chan_id(ch));
+		return;
+	}
+	open_answered(ch, o, m);
+}
+
+/* pend_lock held: o out of the list. */
+static void open_unlink(struct open_req *o)
+{
+	for (struct open_req **pp = &opens; *pp; pp = &(*pp)->next)
+		if (*pp == o) {
+			*pp = o->next;
+			return;
+		}
+}
+
+/* The first bytes' end, once o's fate is known: commit (OPENED) or go by the stream. */
+static void prov_end(struct open_req *o, bool commit)
+{
+	struct wsd_sock *s = o->s;
+
+	pthread_mutex_lock(&s->tx_lock);
+	s->prov = NULL;
+	if (commit) {
+		wsd_session_known(o->ss);
+		wsd_session_attach(s, o->ss);
+		tx_prov_commit(s);
+	} else {
+		tx_prov_undo(s);
+	}
+	free(s->prov_buf);
+	s->prov_buf = NULL;
+	s->prov_len = 0;
+	pthread_mutex_unlock(&s->tx_lock);
+	atomic_fetch_sub(&wsd_prov_open, 1);
+}
+
+/*
+ * A look at the mailbox for o's answer, by the thread that claimed it:
+ * true when o is done, false when it is left as it was.  give_up: an OPEN
+ * not yet taken is taken back, an OPENED whose peer is not ready is given
+ * up.  to_tcp: the connection is to stay on the stream (MSG_OOB, fork,
+ * exec), whatever the answer.  Outcomes:
+ *
+ *   OPENED, the peer ready      committed: our proof, the session ours;
+ *   OPENED, given up            the bytes by the stream; the peer, whose
+ *                               session knew our slot, finds no proof and
+ *                               goes on as plain TCP; each side's SHUT as
+ *                               for any session;
+ *   DECLINE, taken back, or     the bytes by the stream; the peer never
+ *   the channel dead unanswered knew our slot: no SHUT either way.
+ */
+static bool box_look(struct open_req *o, bool give_up, bool to_tcp)
+{
+	struct wsd_chmsg a;
+	struct wsd_chan *ch = o->ch;
+	struct wsd_sock *s = o->s;
+	enum wsd_reason why = R_PEER_PLAIN;
+	const char *bad;
+	bool answered = wsd_chan_box_answer(ch, o->box, &a), opened = false, commit = false;
+
+	if (answered && (wsd_wire_chmsg_check(&a, &bad) || a.req != o->req ||
+			 (a.h.kind != MSG_OPENED && a.h.kind != MSG_DECLINE))) {
+		wsd_debug("switch: channel %u: a posted answer: %s", wsd_chan_id(ch),
+			  a.req != o->req ? "another request's" : "not an answer");
+		wsd_chan_end(ch);   /* a peer that breaks the protocol: no more */
+		a.h.kind = MSG_DECLINE;
+		a.h.reason = R_PROTOCOL;
+	}
+	if (answered && a.h.kind == MSG_OPENED) {
+		opened = true;
+		/* its rx_ready comes as it answers, unless a read of its holds the stream */
+		commit = !to_tcp && wsd_session_rx_ready(o->ss);
+		if (!commit && !give_up && !to_tcp)
+			return false;
+		why = to_tcp ? R_UNSUPPORTED : R_BUSY;
+	} else if (answered) {
+		why = a.h.reason && a.h.reason < R_NREASONS ? (enum wsd_reason)a.h.reason
+							     : R_PEER_PLAIN;
+	} else if (!wsd_chan_dead(ch)) {
+		if (!(give_up || to_tcp) || !wsd_chan_box_withdraw(ch, o->box))
+			return false;
+		why = R_NONE;   /* taken back unread: asked again later, by a message */
+	}
+	pthread_mutex_lock(&pend_lock);
+	open_unlink(o);
+	pthread_mutex_unlock(&pend_lock);
+	prov_end(o, commit);
+	if (answered)
+		wsd_chan_box_release(ch, o->box, opened && !commit);
+	if (commit) {
+		wsd_debug("switch: fd %d upgraded on channel %u from its first byte", s->fd,
+			  wsd_chan_id(ch));
+		wsd_sock_put(s);
+	} else {
+		if (opened)
+			wsd_session_known(o->ss);   /* the peer's session may write our slot */
+		else
+			wsd_session_forget_peer(o->ss);   /* the grant was never ours */
+		if (why == R_NONE) {
+			wsd_session_free(o->ss);
+			atomic_store(&s->upgrade_state, UP_NONE);   /* the next data call asks */
+			wsd_sock_put(s);
+		} else {
+			open_fail(s, o->ss, why);
+		}
+	}
+	free(o);
+	return true;
+}
+
+/* s's posted OPEN, claimed for this thread, or NULL (any s: one posted before older_than). */
+static struct open_req *box_claim(const struct wsd_sock *s, int64_t older_than)
+{
+	struct open_req *o;
+
+	pthread_mutex_lock(&pend_lock);
+	for (o = opens; o; o = o->next)
+		if (o->boxed && !o->claimed && (s ? o->s == s : o->posted_ns < older_than)) {
+			o->claimed = true;
+			break;
+		}
+	pthread_mutex_unlock(&pend_lock);
+	return o;
+}
+
+static void box_unclaim(struct open_req *o)
+{
+	pthread_mutex_lock(&pend_lock);
+	o->claimed = false;
+	pthread_mutex_unlock(&pend_lock);
+}
+
+/* How long a posted OPEN may wait for the peer's answer before it is taken back. */
+#define BOX_WAIT_NS 200000
+/* ...and one the peer took, for its answer (it answers in the same call). */
+#define BOX_TAKEN_NS 2000000
+
+_Atomic int wsd_prov_open;
+
+static void box_wait(struct wsd_sock *s, bool spin, bool to_tcp)
+{
+	struct open_req *o;
+	int64_t end, hard;
+
+	if (!s->prov || !(o = box_claim(s, 0)))
+		return;
+	end = o->posted_ns + BOX_WAIT_NS;
+	hard = o->posted_ns + BOX_TAKEN_NS;
+	for (;;) {
+		int64_t now = wsd_now_ns();
+
+		if (box_look(o, spin ? now >= end : now >= hard, to_tcp))
+			return;
+		if (!spin || now >= hard + BOX_WAIT_NS)
+			break;
+		sched_yield();   /* the peer may share our CPU: it must run to answer */
+	}
+	box_unclaim(o);
+}
+
+void wsd_upgrade_box_wait(struct wsd_sock *s, bool spin)
+{
+	box_wait(s, spin, false);
+}
+
+void wsd_upgrade_settle(struct wsd_sock *s, bool to_tcp)
+{
+	/* claimed by another thread meanwhile: it settles it; wait for that */
+	while (s->prov) {
+		box_wait(s, true, to_tcp);
+		if (s->prov)
+			sched_yield();
+	}
+}
+
+void wsd_upgrade_settle_all(bool to_tcp)
+{
+	struct open_req *o;
+
+	while (atomic_load(&wsd_prov_open) && (o = box_claim(NULL, INT64_MAX))) {
+		struct wsd_sock *s = o->s;
+
+		wsd_sock_hold(s);
+		box_unclaim(o);
+		wsd_upgrade_settle(s, to_tcp);
+		wsd_sock_put(s);
+	}
+}
+
+void wsd_upgrade_box_sweep(void)
+{
+	int64_t old = wsd_now_ns() - BOX_WAIT_NS;
+	struct open_req *o;
+
+	/* each claimed once a sweep: one left as it was is not claimed again */
+	for (int n = 0; n < 64 && (o = box_claim(NULL, old)); n++)
+		if (!box_look(o, true, false)) {
+			pthread_mutex_lock(&pend_lock);
+			o->posted_ns = wsd_now_ns();
+			o->claimed = false;
+			pthread_mutex_unlock(&pend_lock);
+		}
+}
+
 void wsd_upgrade_chan_dead(struct wsd_chan *ch)
 {
 	struct open_req *mine = NULL;
@@ -174,7 +445,8 @@ void wsd_upgrade_chan_dead(struct wsd_chan *ch)
 	for (struct open_req **pp = &opens; *pp;) {
 		struct open_req *o = *pp;
 
-		if (o->ch == ch) {
+		/* a posted one is settled from its mailbox entry (box_look), which outlives the channel */
+		if (o->ch == ch && !o->boxed) {
 			*pp = o->next;
 			o->next = mine;
 			mine = o;
@@ -193,6 +465,47 @@ void wsd_upgrade_chan_dead(struct wsd_chan *ch)
 	}
 }
 
+/* The connection may upgrade, and its 4-tuple is in t; else it failed (false). */
+static bool client_tuple(struct wsd_sock *s, struct wsd_tuple *t)
+{
+	if (atomic_load(&s->nfds) == 0 || s->no_upgrade)
+		return fail(s, s->no_upgrade ? (enum wsd_reason)s->why_not : R_FORKED), false;
+	if (urgent_seen(s))
+		return fail(s, R_UNSUPPORTED), false;
+	if (learn_tuple(s))
+		return fail(s, R_PEER_PLAIN), false;
+	*t = (struct wsd_tuple){ .magic = WSD_TUPLE_MAGIC, .version = WSD_PROTO_VERSION,
+				 .client = s->stat->local, .server = s->stat->peer };
+	return true;
+}
+
+/*
+ * In the program's thread, a connection to a peer we have a channel with:
+ * at its connect, the OPEN posted in a grant of the peer's mailbox (shm),
+ * so that it is there when the peer accepts and the first bytes go by
+ * ring, or nothing yet (no grant: its first data call asks); at a data
+ * call, the same or an OPEN message.  false when the channel is gone: a
+ * job for the worker, which makes a new one.
+ */
+static bool client_open_now(struct wsd_sock *s, bool at_connect)
+{
+	struct wsd_tuple t;
+	struct wsd_chan *ch;
+
+	/* not connected yet (a non-blocking connect): the worker asks later */
+	if (learn_tuple(s) || !(ch = wsd_chan_find(&s->stat->peer)))
+		return false;
+	atomic_store(&s->upgrade_state, UP_RUNNING);
+	if (client_tuple(s, &t) && !client_open_granted(s, ch, &t)) {
+		if (at_connect)
+			atomic_store(&s->upgrade_state, UP_NONE);   /* its first data call asks */
+		else
+			client_open(s, ch, &t);
+	}
+	wsd_chan_put(ch);
+	return true;
+}
+
 /* A new channel: a new SPI connection to the peer's registry, HELLO and ACCEPT. */
 static void client_upgrade(struct wsd_sock *s)
 {
@@ -201,21 +514,15 @@ static void client_upgrade(struct wsd_sock *s)
 	struct wsd_session *ss;
 	struct wsd_chan *ch;
 	struct wsd_hello h = { 0 }, a;
-	struct wsd_tuple t = { .magic = WSD_TUPLE_MAGIC, .version = WSD_PROTO_VERSION };
+	struct wsd_tuple t;
 	WSABUF caller = { sizeof(t), (char *)&t };
 	const char *why;
 	SOCKET ws;
 	int err, e;
 	long ms;
 
-	if (atomic_load(&s->nfds) == 0 || s->no_upgrade)
-		return fail(s, s->no_upgrade ? (enum wsd_reason)s->why_not : R_FORKED);
-	if (urgent_seen(s))
-		return fail(s, R_UNSUPPORTED);
-	if (learn_tuple(s))
-		return fail(s, R_PEER_PLAIN);
-	t.client = s->stat->local;
-	t.server = s->stat->peer;
+	if (!client_tuple(s, &t))
+		return;
 	ch = wsd_chan_find(&s->stat->peer);
 	if (ch) {
 		client_open(s, ch, &t);
@@ -330,8 +637,12 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 			(void)learn_tuple(s);
 		return;
 	}
-	if (atomic_load_explicit(&s->upgrade_state, memory_order_relaxed) != UP_NONE)
+	if (atomic_load_explicit(&s->upgrade_state, memory_order_relaxed) != UP_NONE) {
+		/* an OPEN in the peer's mailbox: its answer taken if there */
+		if (s->chan_known && atomic_load(&s->upgrade_state) == UP_RUNNING)
+			wsd_upgrade_box_wait(s, false);
 		return;
+	}
 	p = wsd_switch_params();
 	if (s->no_upgrade || !p->enabled) {
 		if (atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_FAILED))
@@ -379,7 +690,13 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 		fail(s, R_RESOURCES);
 		return;
 	}
-	if (!wsd_spi() || !(j = calloc(1, sizeof(*j)))) {
+	if (!wsd_spi()) {
+		fail(s, R_PROVIDER);
+		return;
+	}
+	if (s->chan_known && client_open_now(s, s->connecting))
+		return;
+	if (!(j = calloc(1, sizeof(*j)))) {
 		fail(s, R_PROVIDER);
 		return;
 	}

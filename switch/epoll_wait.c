@@ -320,9 +320,11 @@ static int ep_wait(struct epset *set, int epfd, struct epoll_event *ev, int max,
 static int epoll_wait_any(int kind, int epfd, struct epoll_event *ev, int max,
 			  const struct deadline *dl, const sigset_t *sigmask)
 {
-	struct epset *set = set_get(epfd);
+	struct epset *set;
 	int n;
 
+	wsd_settle_pending(false);
+	set = set_get(epfd);
 	if (!set) {
 		struct timespec left = { 0, 0 };
 

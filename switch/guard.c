@@ -43,6 +43,8 @@ int wsd_sock_keep_tcp(struct wsd_sock *s, enum wsd_reason why)
 	int64_t end = wsd_now_ms() + WSD_BACK_MS;
 	int st, r = 0;
 
+	if (s->prov)
+		wsd_upgrade_settle(s, true);   /* first bytes in a grant: by the stream */
 	pthread_mutex_lock(&s->mu);
 	if (!s->no_upgrade) {
 		s->no_upgrade = true;

@@ -309,6 +309,7 @@ static int do_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *time
 	nfds_t first;
 
 	wsd_real_init();
+	wsd_settle_pending(false);
 	first = poll_first_accel(fds, nfds, &s);
 	if (first == nfds)
 		return real.ppoll(fds, nfds, timeout, sigmask);
@@ -322,6 +323,7 @@ EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 	nfds_t first;
 
 	wsd_real_init();
+	wsd_settle_pending(false);
 	first = poll_first_accel(fds, nfds, &s);
 	if (first == nfds)
 		return real.poll(fds, nfds, timeout);
@@ -457,6 +459,7 @@ EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *
 	int fd, n;
 
 	wsd_real_init();
+	wsd_settle_pending(false);
 	fd = select_first_accel(nfds, sets, &s);
 	if (fd >= nfds)
 		return real.select(nfds, rd, wr, ex, tv);
@@ -487,6 +490,7 @@ EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct ti
 	int fd;
 
 	wsd_real_init();
+	wsd_settle_pending(false);
 	fd = select_first_accel(nfds, sets, &s);
 	if (fd >= nfds)
 		return real.pselect(nfds, rd, wr, ex, timeout, sigmask);

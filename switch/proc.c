@@ -83,6 +83,7 @@ static void before_fork(void)
 {
 	struct wsd_sock_list l = { 0 };
 
+	wsd_settle_pending(true);   /* first bytes in a grant go by the stream: the child copies none */
 	/* our threads between two pieces of work: none inside the allocator */
 	wsd_threads_idle(200);
 	if (!wsd_fd_any())
@@ -130,6 +131,7 @@ static char *before_exec(void)
 	struct wsd_sock_list l = { 0 };
 
 	wsd_real_init();
+	wsd_settle_pending(true);
 	if (!wsd_fd_any())
 		return NULL;
 	wsd_stdin_to_prefix();

@@ -44,6 +44,17 @@ static int proof_write(struct wsd_sock *s)
 /* tx_lock held: move this direction to the ring if the peer is ready. */
 bool tx_switch(struct wsd_sock *s)
 {
+	return tx_switch_with(s, NULL, NULL);
+}
+
+/*
+ * ...and with the first bytes of a send (c, when not NULL: *sent of them)
+ * in a record between our SWITCH and our proof: the proof, which the peer
+ * waits for, then wakes it to data already there, where a doorbell after
+ * it would wake it a second time.
+ */
+bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent)
+{
 	struct wsd_session *ss = s->sess;
 	uint64_t n;
 	bool was;
@@ -63,6 +74,15 @@ bool tx_switch(struct wsd_sock *s)
 	n = s->tcp_tx;
 	if (write_record(s, REC_SWITCH, NULL, sizeof(n), &n))
 		return false;
+	if (c && cur_left(c) && cur_left(c) <= max_payload(ss) &&
+	    fits(ss, (uint32_t)cur_left(c), false)) {
+		uint32_t len = (uint32_t)cur_left(c);
+
+		if (write_record(s, REC_DATA, c, len, NULL))
+			return false;
+		*sent = len;
+		wsd_stat_add(s->stat, &s->stat->copy_tx, len);
+	}
 	if (proof_write(s)) {
 		broken(s, -ECONNRESET);
 		return false;
@@ -81,7 +101,64 @@ bool tx_switch(struct wsd_sock *s)
 	return true;
 }
 
+void tx_prov_commit(struct wsd_sock *s)
+{
+	int64_t k = kernel_written(s->fd, false);
+	bool was;
+
+	if (s->tx_mode != DIR_PROV)
+		return;   /* nothing went into the grant: the usual switch, later */
+	/* a write we did not see went on the stream ahead of where our proof would */
+	if (k >= 0 && s->prov_k0 >= 0 && k > s->prov_k0) {
+		wsd_debug("switch: fd %d: %lld stream bytes written behind our back before the "
+			  "proof: connection reset", s->fd, (long long)(k - s->prov_k0));
+		broken(s, -ECONNRESET);
+		real.shutdown(s->fd, SHUT_RDWR);
+		return;
+	}
+	if (proof_write(s)) {
+		broken(s, -ECONNRESET);
+		return;
+	}
+	bells_tx_base(s);
+	s->tx_mode = DIR_RING;
+	wsd_stat_add(s->stat, &s->stat->copy_tx, s->prov_len);
+	pthread_mutex_lock(&s->mu);
+	was = s->accel;
+	s->accel = true;
+	pthread_mutex_unlock(&s->mu);
+	became_accel(s, was);
+	if (was)
+		wsd_poll_sock_accelerated(s);
+	wsd_debug("switch: fd %d sends by ring from its first byte", s->fd);
+}
+
 static void proof_fail(struct wsd_sock *s, const char *why, bool tx_locked);
+
+/*
+ * The listening side: the peer, answered OPENED in our mailbox, stayed on
+ * the stream without switching (it rejected the entry).  Before any SWITCH
+ * of its came and while ours waits for its proof, nothing of the session
+ * was used: it goes, and the socket is plain TCP again.  A SWITCH already
+ * read is left to the proof, which fails on the stream's bytes.
+ */
+void wsd_sock_unswitched(struct wsd_sock *s)
+{
+	bool plain = false;
+
+	pthread_mutex_lock(&s->rx_lock);
+	pthread_mutex_lock(&s->tx_lock);
+	if (s->sess && !s->connected_side && s->tx_mode != DIR_RING && s->rx_mode == DIR_TCP &&
+	    !atomic_load(&s->proven) && !s->rx_back) {
+		s->rx_back = true;
+		s->tx_back = true;
+		plain = true;
+	}
+	pthread_mutex_unlock(&s->tx_lock);
+	pthread_mutex_unlock(&s->rx_lock);
+	if (plain)
+		plain_again(s, R_UNSUPPORTED);
+}
 
 /*
  * rx_lock held: a SWITCH record at the head moves rx to DRAIN (or straight

@@ -387,6 +387,9 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	ssize_t n;
 	bool plain, asleep_armed = false;
 
+	/* an accepted connection's peer may have posted its OPEN since the accept */
+	if (!s->sess && !s->connected_side && !s->tcp_rx)
+		wsd_upgrade_box_first(s, nonblock);
 	pthread_mutex_lock(&s->mu);
 	plain = !s->rx_ready_sent || s->detached;
 	if (plain)
@@ -484,6 +487,8 @@ ssize_t wsd_sock_recv(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	ssize_t n;
 
 	wsd_upgrade_maybe(s);
+	if (s->prov)
+		wsd_upgrade_settle(s, false);   /* our first bytes wait for the peer's answer: its answer's too */
 	cur_skip(&c, 0);
 	if (!want) {
 		if (!s->rx_ready_sent) {

@@ -80,6 +80,8 @@ void drain(struct wsd_sock *s);
 
 /* proof.c: the switch to the ring and the proof */
 bool tx_switch(struct wsd_sock *s);
+bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent);
+uint32_t max_payload(struct wsd_session *ss);
 void check_switch(struct wsd_sock *s, bool tx_locked);
 void proof_read(struct wsd_sock *s, bool tx_locked);
 size_t proof_in_read(struct wsd_sock *s, const struct cursor *c, size_t left, size_t n,
@@ -100,6 +102,11 @@ int set_prefix(struct wsd_sock *s, const uint8_t *data, size_t len);
 /* tx.c: records written, send */
 bool fits(struct wsd_session *ss, uint32_t len, bool reserve);
 int broken(struct wsd_sock *s, int r);
+/* ...into the ring of ss, a session not (yet) the socket's (its first bytes, tx.c) */
+int record_on(struct wsd_sock *s, struct wsd_session *ss, uint32_t type, struct cursor *c,
+	      uint32_t len, const void *inline_payload);
+/* The kernel's count of bytes written on s's stream by anyone, or -1 (bell.c). */
+int64_t kernel_written(int fd, bool high);
 int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t len,
 		 const void *inline_payload);
 bool mutual_wait(struct wsd_sock *s);

@@ -105,6 +105,19 @@ struct wsd_session {
 struct wsd_session *wsd_session_new(struct wsd_chan *ch);
 /* The peer learnt our slot: it may write there until it says it is done. */
 void wsd_session_known(struct wsd_session *ss);
+/* The peer's slot is mapped here (shm stores), not written by RDMA. */
+bool wsd_session_mapped(const struct wsd_session *ss);
+/* We never wrote into the peer's slot as its connection: no SHUT for it when freed. */
+void wsd_session_forget_peer(struct wsd_session *ss);
+/*
+ * tx_lock held, s->tx_mode DIR_PROV: the first bytes committed (the peer
+ * answered OPENED, its session now s->sess: our proof follows them on the
+ * stream), or sent by the stream (declined; s->sess NULL).  proof.c, tx.c.
+ */
+void tx_prov_commit(struct wsd_sock *s);
+void tx_prov_undo(struct wsd_sock *s);
+/* The peer published rx_ready in our slot. */
+bool wsd_session_rx_ready(struct wsd_session *ss);
 /* The channel's sweep (its mu held): an idle ring gives its pages back. */
 void wsd_session_sweep(struct wsd_session *ss, int64_t now);
 /* The peer's region, from its handshake message. */

@@ -148,6 +148,21 @@ void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
 	put_word(ss, W_MU, CW_MAPPED, ss->peer_map ? 1 : 2);
 }
 
+bool wsd_session_mapped(const struct wsd_session *ss)
+{
+	return ss->peer_map != NULL;
+}
+
+void wsd_session_forget_peer(struct wsd_session *ss)
+{
+	ss->peer_known = false;
+}
+
+bool wsd_session_rx_ready(struct wsd_session *ss)
+{
+	return ctl_get(ss, CW_RX_READY) != 0;
+}
+
 /* The peer learnt our slot (its answer came, or ours went): it may write there. */
 void wsd_session_known(struct wsd_session *ss)
 {

@@ -74,6 +74,12 @@ EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 			if (addr && len <= sizeof(s->peer))
 				memcpy(&s->peer, addr, len);
 			wsd_upgrade_prestart();
+			/* connected to a peer we have a channel with: its OPEN goes now */
+			if (r == 0) {
+				s->connecting = true;
+				wsd_upgrade_maybe(s);
+				s->connecting = false;
+			}
 		}
 		wsd_sock_put(s);
 	}
@@ -150,6 +156,8 @@ EXPORT int shutdown(int fd, int how)
 		errno = EINVAL;
 		return -1;
 	}
+	if (s->prov)
+		wsd_upgrade_settle(s, false);   /* its first bytes reach the peer before its end */
 	if (s->listening || !s->sess) {
 		r = real.shutdown(fd, how);
 		if (r == 0) {
@@ -194,6 +202,8 @@ void wsd_sock_forget(int fd)
 	if (!s)
 		return;
 	if (atomic_load(&s->nfds) == 0) {
+		if (s->prov)
+			wsd_upgrade_settle(s, false);   /* its first bytes reach the peer before its end */
 		if (s->listening)
 			wsd_upgrade_unlisten(s);
 		wsd_sock_closed(s);

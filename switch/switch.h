@@ -170,7 +170,7 @@ static inline const char *wsd_reason_name(unsigned r)
  * A direction's state.  The receiver's goes TCP, DRAIN (stream bytes up to
  * the peer's SWITCH point), PROOF (the peer's proof on the stream), RING.
  */
-enum { DIR_TCP = 0, DIR_DRAIN, DIR_RING, DIR_PROOF };
+enum { DIR_TCP = 0, DIR_DRAIN, DIR_RING, DIR_PROOF, DIR_PROV };
 
 struct wsd_session;
 
@@ -234,7 +234,19 @@ struct wsd_sock {
 	struct wsd_prefix *pre;      /* bytes to deliver before the stream's (fork, exec) */
 	int tcp_errno;
 	_Atomic int upgrade_state;   /* UP_* */
+	bool first_waited;           /* the first receive looked for a posted OPEN (once) */
+	bool connecting;             /* inside connect(): an OPEN only with a grant */
 	struct wsd_session *sess;    /* set once established; freed with the sock */
+	/*
+	 * First bytes sent before the peer answered (tx_lock; connect.c,
+	 * tx.c): the session on the peer's grant, what went into its ring
+	 * (a copy, for the stream if declined), and the kernel's count of
+	 * bytes written when the SWITCH went there.
+	 */
+	struct wsd_session *prov;
+	uint8_t *prov_buf;
+	uint32_t prov_len;
+	int64_t prov_k0;
 
 	/* the 4-tuple, filled when known (peer: from connect() already) */
 	int pre_fd;                  /* the prefix's memfd (-1) */
@@ -465,6 +477,36 @@ void wsd_upgrade_unlisten(struct wsd_sock *s);
 void wsd_upgrade_accepted(struct wsd_sock *s);
 /* A data call on s: start the upgrade when it is worth it (lazy, cheap). */
 void wsd_upgrade_maybe(struct wsd_sock *s);
+/* An accepted connection: its peer's OPEN, if posted in our mailbox, answered now. */
+void wsd_upgrade_box(struct wsd_sock *s);
+/* ...and the first receive's look, which waits for it a little when peers post OPENs. */
+void wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock);
+/*
+ * s's OPEN posted in the peer's mailbox: its answer taken if there; spin:
+ * waited for (the first send), up to a bound, after which the OPEN goes
+ * as a message.  And the same, without waiting, for every OPEN posted a
+ * while ago (the channel thread's sweep).
+ */
+void wsd_upgrade_box_wait(struct wsd_sock *s, bool spin);
+/* The peer stayed on the stream after our OPENED (proof.c). */
+void wsd_sock_unswitched(struct wsd_sock *s);
+void wsd_upgrade_box_sweep(void);
+/*
+ * s's first bytes, sent into a grant before the peer's answer (s->prov):
+ * settled now, committed or sent by the stream, waiting for the answer up
+ * to a bound (to_tcp: sent by the stream whatever the answer, for a
+ * connection that is to stay there); and every socket's (waits, fork,
+ * exec).  No lock of s held.
+ */
+void wsd_upgrade_settle(struct wsd_sock *s, bool to_tcp);
+void wsd_upgrade_settle_all(bool to_tcp);
+extern _Atomic int wsd_prov_open;   /* sockets with first bytes unsettled */
+/* Before a wait, fork or exec: first bytes that wait for their peer's answer settled. */
+static inline void wsd_settle_pending(bool to_tcp)
+{
+	if (atomic_load_explicit(&wsd_prov_open, memory_order_relaxed))
+		wsd_upgrade_settle_all(to_tcp);
+}
 /* A connected socket exists: start the provider in the background now. */
 void wsd_upgrade_prestart(void);
 /* fork: in the child, forget threads and provider state. */

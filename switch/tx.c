@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "switch/sess_int.h"
@@ -25,7 +26,7 @@ static uint64_t tx_room(struct wsd_session *ss)
 	return used >= ss->peer_ring ? 0 : ss->peer_ring - used;
 }
 
-static uint32_t max_payload(struct wsd_session *ss)
+uint32_t max_payload(struct wsd_session *ss)
 {
 	uint32_t m = ss->peer_ring / 4 - REC_HDR - REC_TRAILER;
 
@@ -91,7 +92,12 @@ static void store_record(struct wsd_session *ss, uint64_t off, uint32_t size,
 int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t len,
 		 const void *inline_payload)
 {
-	struct wsd_session *ss = s->sess;
+	return record_on(s, s->sess, type, c, len, inline_payload);
+}
+
+int record_on(struct wsd_sock *s, struct wsd_session *ss, uint32_t type, struct cursor *c,
+	      uint32_t len, const void *inline_payload)
+{
 	uint64_t off = ss->tx_pos % ss->peer_ring;
 	uint32_t size = rec_size(len);
 	struct wsd_rec *h = (struct wsd_rec *)ss->stage;
@@ -448,14 +454,91 @@ static ssize_t kernel_send(struct wsd_sock *s, struct cursor *c, int flags)
 	return n;
 }
 
+/* ---- first bytes before the peer's answer (wsd-protocol(7), "The mailbox") ------ */
+
+#define PROV_MAX 8192u               /* sent into a grant before the answer, at most */
+
+/*
+ * tx_lock held, s->prov set: c into the granted ring, unproven, and a copy
+ * kept in case the peer declines; the first one after our SWITCH record.
+ * -EXDEV: not here (too much, or a record the ring may not take): the
+ * caller settles first.
+ */
+static ssize_t send_prov(struct wsd_sock *s, struct cursor *c)
+{
+	struct wsd_session *ss = s->prov;
+	size_t want = cur_left(c);
+	struct cursor k = *c;
+
+	if (!want)
+		return 0;
+	if (s->tx_shut || s->detached || want > PROV_MAX - s->prov_len ||
+	    want > max_payload(ss) || !fits(ss, (uint32_t)want + 64, false))
+		return -EXDEV;
+	if (!s->prov_buf && !(s->prov_buf = malloc(PROV_MAX)))
+		return -EXDEV;
+	if (s->tx_mode == DIR_TCP) {
+		uint64_t n = s->tcp_tx;
+
+		s->prov_k0 = kernel_written(s->fd, true);
+		if (record_on(s, ss, REC_SWITCH, NULL, sizeof(n), &n))
+			return -EXDEV;
+		s->tx_mode = DIR_PROV;
+	}
+	cur_copy_from(&k, s->prov_buf + s->prov_len, want);
+	if (record_on(s, ss, REC_DATA, NULL, (uint32_t)want, s->prov_buf + s->prov_len))
+		return -EXDEV;
+	s->prov_len += (uint32_t)want;
+	cur_skip(c, want);   /* counted as the ring's or the stream's once settled */
+	return (ssize_t)want;
+}
+
+void tx_prov_undo(struct wsd_sock *s)
+{
+	uint32_t done = 0;
+
+	if (s->tx_mode != DIR_PROV)
+		return;
+	s->tx_mode = DIR_TCP;
+	/* the peer takes none of the ring's copy: all of it by the stream, in order */
+	while (done < s->prov_len) {
+		ssize_t n = real.send(s->fd, s->prov_buf + done, s->prov_len - done, MSG_NOSIGNAL);
+		struct pollfd w = { .fd = s->fd, .events = POLLOUT };
+
+		if (n > 0) {
+			done += (uint32_t)n;
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			s->tcp_err = true;
+			s->tcp_errno = errno;
+			s->tx_shut = true;
+			break;
+		}
+		real.poll(&w, 1, TICK_MS);
+	}
+	s->tcp_tx += done;
+	wsd_stat_add(s->stat, &s->stat->tcp_tx, done);
+}
+
 ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct cursor c = { iov, iovcnt, 0, 0 };
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+	size_t first = 0;
 	ssize_t n;
 
 	wsd_upgrade_maybe(s);
 	cur_skip(&c, 0);
+	if (s->prov) {
+		pthread_mutex_lock(&s->tx_lock);
+		n = s->prov ? send_prov(s, &c) : -EXDEV;
+		pthread_mutex_unlock(&s->tx_lock);
+		if (n != -EXDEV) {
+			return n;
+		}
+		wsd_upgrade_settle(s, false);
+	}
 	if (!nonblock)
 		atomic_fetch_add_explicit(&in_calls, 1, memory_order_relaxed);
 	pthread_mutex_lock(&s->tx_lock);
@@ -477,8 +560,14 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 		} else {
 			n = epipe(flags);
 		}
-	} else if (s->tx_mode == DIR_RING || tx_switch(s)) {
-		n = send_ring(s, &c, flags, nonblock);
+	} else if (s->tx_mode == DIR_RING || tx_switch_with(s, &c, &first)) {
+		if (first)
+			ring_data(s);   /* for a receiver that armed before our proof */
+		n = cur_left(&c) || !first ? send_ring(s, &c, flags, nonblock) : 0;
+		if (n >= 0)
+			n += (ssize_t)first;
+		else if (first)
+			n = (ssize_t)first;
 		if (n >= 0 && s->tx_back && cur_left(&c)) {
 			/* went back to the stream part way: the rest goes there */
 			ssize_t k = kernel_send(s, &c, flags);

@@ -411,7 +411,14 @@ static bool spin_until_ready(struct wsd_sock *s, bool (*ready)(struct wsd_sock *
 static bool data_ready(struct wsd_sock *s, uint32_t len, bool zc)
 {
 	(void)len; (void)zc;
-	return rec_head(s->sess);
+	if (s->rx_mode == DIR_RING || s->rx_mode == DIR_TCP)
+		return rec_head(s->sess);   /* data, or (TCP) the peer's SWITCH */
+	/* DRAIN, PROOF: the stream's bytes up to the switch point, then the proof */
+	{
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+
+		return real.poll(&p, 1, 0) > 0;
+	}
 }
 
 static bool room_ready(struct wsd_sock *s, uint32_t len, bool zc)
@@ -421,10 +428,15 @@ static bool room_ready(struct wsd_sock *s, uint32_t len, bool zc)
 	return zc ? ctl_get(ss, CW_ZC_DONE) >= ss->zc_sent : fits(ss, len, false);
 }
 
-/* Poll the ring head for a while before sleeping. */
+/*
+ * Poll the ring head for a while before sleeping; and, before the switch,
+ * for the peer's SWITCH and proof, which a new connection's first answer
+ * waits for (its peer switches as it answers).
+ */
 bool spin_for_data(struct wsd_sock *s)
 {
-	return s->rx_mode == DIR_RING && spin_until_ready(s, data_ready, 0, false);
+	return (s->rx_mode == DIR_RING || s->rx_ready_sent) &&
+	       spin_until_ready(s, data_ready, 0, false);
 }
 
 /* Poll for room (or our zero-copy records done) for a while before sleeping. */

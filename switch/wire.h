@@ -25,7 +25,7 @@
 #include "switch/stat.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 7u
+#define WSD_PROTO_VERSION 8u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
 #define WSD_NONCE         16u           /* bytes of a handshake's challenge */
 

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The channel's own layout, shared by chan.c (the channel, its slots and
+ * messages) and mbox.c (the mailbox in the tag page).  Nothing else looks
+ * inside a channel.
+ */
+#ifndef WSD_SWITCH_CHAN_INT_H
+#define WSD_SWITCH_CHAN_INT_H
+
+#include "provider/internal.h"
+#include "switch/chan.h"
+
+#define MAX_SEGS 1                   /* one segment a side, registered before any message */
+#define SHM_SLOTS 16384              /* on shm, at most (the registration's 4 GiB bound them too) */
+#define VERBS_SLOTS 64               /* registered memory is pinned: fewer on verbs */
+enum { SL_USED = 1, SL_PEER = 2, SL_WARM = 4 };   /* SL_WARM: free, its pages not yet given back */
+#define SWEEP_MS 500
+#define IDLE_MS 10000                /* a connector's channel with no slot lives this long */
+#define OUTS 32                      /* messages in flight on a channel; more wait in line */
+
+struct seg {
+	uint8_t *mem;
+	size_t len;                  /* with the tag page */
+	uint32_t nslots, stride, tag;
+	uint8_t *state;              /* per slot: SL_USED (our session holds it), SL_PEER
+					(the peer may still write it) */
+	uint32_t *freel, nfree;      /* slots free again, taken first */
+	uint32_t fresh;              /* slots never used start here */
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
+	int memfd;                   /* shm: until the peer mapped it (MAPPED) */
+	bool shared;                 /* a memfd's pages: MADV_REMOVE gives them back */
+	uint64_t ino;
+};
+
+struct peer_seg {
+	uint8_t *map;
+	size_t len;
+	uint32_t tag;
+	bool failed;                 /* could not map: RDMA writes */
+	bool tell;                   /* MAPPED to send once the handshake is over */
+	uint64_t ino;                /* its memfd's, for wsd stat */
+};
+
+struct wsd_chan {
+	struct wsd_chan *next;       /* the table (connectors) or the live list */
+	_Atomic int refs;
+	pthread_mutex_t mu;
+	pthread_mutex_t send_mu;
+	SOCKET ws;
+	enum wsd_path path;
+	bool connector;
+	struct wsd_stat_addr key;
+	uint32_t id;
+	pid_t owner;                 /* the process it belongs to (fork) */
+	uint32_t peer_pid;
+	_Atomic bool dead;
+	bool reading;
+	int64_t idle_since;          /* ms, with no slot in use; 0 while one is */
+	uint32_t ring;
+	struct seg segs[MAX_SEGS];
+	uint32_t nsegs, slots_used;
+	struct peer_seg peers[MAX_SEGS];
+	struct wsd_session **sess;   /* the sessions on it */
+	/* listening side: the sessions our mailbox's entries grant (mbox.c) */
+	pthread_mutex_t box_mu;
+	struct wsd_session *grant[WSD_BOX_N];
+	struct wsd_sock *taken[WSD_BOX_N];   /* held: answered OPENED, until the entry is free */
+	size_t nsess, capsess;
+	/* the receive posted on the port */
+	WSAOVERLAPPED ov;
+	struct wsd_chmsg in;
+	WSABUF inb;
+	/*
+	 * Sends (send_mu): overlapped, their completions on the port, so that
+	 * no thread waits for the peer's reader (two readers each waiting
+	 * for the other to take a message would wait for ever).
+	 */
+	struct out {
+		WSAOVERLAPPED ov;
+		struct wsd_chmsg m;
+		bool busy;
+	} outs[OUTS];
+	struct backlog {
+		struct backlog *next;
+		struct wsd_chmsg m;
+	} *bl_head, **bl_tail;
+};
+
+/* tab_lock guards chans, the list of every live channel of this process */
+extern pthread_mutex_t wsd_chan_tab_lock;
+extern struct wsd_chan *wsd_chans;
+
+#endif /* WSD_SWITCH_CHAN_INT_H */
