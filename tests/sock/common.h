@@ -139,6 +139,14 @@ void expect_reason(int fd, const char *reason);
 /* Under wsd run (WSD_EXPECT_PATH, and WSD_BIN naming the wsd command): bytes
  * went by zero copy on fd, as wsd stat --json says, or die. */
 void expect_zcopy(int fd);
+/*
+ * Under wsd run (WSD_EXPECT_PATH, WSD_BIN): what wsd stat --json says of
+ * this process now, or NULL when not under wsd (one spawn: under wsd, a
+ * spawn ends the process's channels); and in it, the bytes fd carried on
+ * the stream and by ring or RDMA, both ways.
+ */
+const char *stat_now(void);
+void stat_bytes(const char *json, int fd, unsigned long long *tcp, unsigned long long *ring);
 
 /*
  * Wait until FIONREAD says n bytes are queued (5 s at most), then 5 ms

@@ -407,6 +407,36 @@ void expect_reason(int fd, const char *reason)
 	}
 }
 
+/* The value of "name": in wsd stat's JSON object of fd (out), or 0. */
+static unsigned long long stat_field(const char *out, int fd, const char *name)
+{
+	char key[32], want[48];
+	const char *p, *end;
+
+	snprintf(key, sizeof(key), "\"fd\":%d,", fd);
+	snprintf(want, sizeof(want), "\"%s\":", name);
+	if (!(p = strstr(out, key)))
+		return 0;
+	end = strchr(p, '}');
+	if (!(p = strstr(p, want)) || (end && p > end))
+		return 0;
+	return strtoull(p + strlen(want), NULL, 10);
+}
+
+const char *stat_now(void)
+{
+	static char out[262144];
+
+	return stat_json(out, sizeof(out)) ? out : NULL;
+}
+
+void stat_bytes(const char *json, int fd, unsigned long long *tcp, unsigned long long *ring)
+{
+	*tcp = stat_field(json, fd, "tcp_tx") + stat_field(json, fd, "tcp_rx");
+	*ring = stat_field(json, fd, "copy_tx") + stat_field(json, fd, "copy_rx") +
+		stat_field(json, fd, "zcopy_tx") + stat_field(json, fd, "zcopy_rx");
+}
+
 void expect_zcopy(int fd)
 {
 	char key[32], out[65536], *p;
