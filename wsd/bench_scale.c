@@ -28,6 +28,13 @@ static const int hold_cap[2] = { 12, 30 };      /* seconds a run may take */
 static const long msg_size[2] = { 64, 16384 };
 static const int msg_conns[4] = { 1, 4, 16, 64 };
 
+/* Connections one after another: per second, plain and wsd; wsd's share on shm or verbs. */
+struct conn_rate {
+	double rate[2];
+	int fast, all;                          /* on shm or verbs at the close, of all */
+	unsigned long long bytes_fast, bytes_all;
+};
+
 /* One descriptor-and-memory run: [0] the client, [1] the server. */
 struct hold {
 	bool done;
@@ -40,9 +47,7 @@ struct hold {
 struct bench_scale {
 	struct hold hold[2][2];                 /* [N][plain, wsd] */
 	bool hold_tried[2];
-	double conn[2];                         /* connections/s, plain and wsd */
-	int conn_fast, conn_all;                /* wsd: on shm or verbs at the close, of all */
-	unsigned long long bytes_fast, bytes_all;
+	struct conn_rate conn, conn_keep;       /* alone, and beside a held connection */
 	bool conn_tried;
 	double msg[2][4][2];                    /* [size][conns][plain, wsd] requests/s */
 	bool msg_tried;
@@ -239,15 +244,16 @@ static void measure_hold(const struct bench_opts *o, struct bench_scale *sc)
 
 /* ---- connections one after another ---------------------------------------------------- */
 
-static void measure_conn_rate(const struct bench_opts *o, const char *host, struct bench_scale *sc)
+/* One row: plain and wsd in turns; keep: beside a connection held (a channel exists). */
+static void conn_row(const struct bench_opts *o, const char *host, const char *ms, bool keep,
+		     struct conn_rate *cr)
 {
-	char ms[16], so[256], co[256];
+	char so[256], co[256];
 	char *srv[] = { "conn-srv", (char *)host, "0", NULL };
-	char *cli[] = { "conn-cli", (char *)host, "PORT", "0", ms, NULL };
+	char *cli[] = { "conn-cli", (char *)host, "PORT", "0", (char *)ms,
+			keep ? "keep" : NULL, NULL };
 	double v[2][BENCH_MAXR];
 
-	snprintf(ms, sizeof(ms), "%d", o->quick ? 300 : 1000);
-	sc->conn_tried = true;
 	for (int r = 0; r < o->rounds; r++)
 		for (int w = 0; w < 2; w++) {
 			unsigned long long bf = 0, ba = 0;
@@ -258,28 +264,41 @@ static void measure_conn_rate(const struct bench_opts *o, const char *host, stru
 			    sscanf(co, "rate %lf accel %d of %d bytes %llu of %llu", &v[w][r], &f,
 				   &all, &bf, &ba) != 5 || !w)
 				continue;
-			sc->conn_fast += f;
-			sc->conn_all += all;
-			sc->bytes_fast += bf;
-			sc->bytes_all += ba;
+			cr->fast += f;
+			cr->all += all;
+			cr->bytes_fast += bf;
+			cr->bytes_all += ba;
 		}
-	sc->conn[0] = bench_median(v[0], o->rounds);
-	sc->conn[1] = bench_median(v[1], o->rounds);
-	printf("\n== connections one after another for %s ms (connect, 64 B each way, close), "
-	       "per second (median of %d)\n", ms, o->rounds);
-	printf("   %10s %10s %7s   %-22s %s\n", "plain", "wsd", "ratio", "wsd: fast at close",
-	       "wsd: bytes by shm/verbs");
+	cr->rate[0] = bench_median(v[0], o->rounds);
+	cr->rate[1] = bench_median(v[1], o->rounds);
 	{
 		char acc[32], bytes[48] = "not known (no statistics file)";
 
-		snprintf(acc, sizeof(acc), "%d of %d", sc->conn_fast, sc->conn_all);
-		if (sc->bytes_all)
-			snprintf(bytes, sizeof(bytes), "%llu of %llu (%.0f%%)", sc->bytes_fast,
-				 sc->bytes_all, 100.0 * sc->bytes_fast / sc->bytes_all);
-		printf("   %10.0f %10.0f %7.2f   %-22s %s\n", sc->conn[0], sc->conn[1],
-		       bench_ratio(sc->conn[1], sc->conn[0]), acc, bytes);
+		snprintf(acc, sizeof(acc), "%d of %d", cr->fast, cr->all);
+		if (cr->bytes_all)
+			snprintf(bytes, sizeof(bytes), "%llu of %llu (%.0f%%)", cr->bytes_fast,
+				 cr->bytes_all, 100.0 * cr->bytes_fast / cr->bytes_all);
+		printf("   %-14s %10.0f %10.0f %7.2f   %-22s %s\n", keep ? "beside one held" :
+		       "alone", cr->rate[0], cr->rate[1], bench_ratio(cr->rate[1], cr->rate[0]), acc,
+		       bytes);
 	}
 	fflush(stdout);
+}
+
+static void measure_conn_rate(const struct bench_opts *o, const char *host, struct bench_scale *sc)
+{
+	char ms[16];
+
+	snprintf(ms, sizeof(ms), "%d", o->quick ? 300 : 1000);
+	sc->conn_tried = true;
+	printf("\n== connections one after another for %s ms (connect, 64 B each way, close), "
+	       "per second (median of %d);\n   alone, and beside one connection the client "
+	       "holds to the same server (a channel\n   between the two processes exists, "
+	       "so a connection's first bytes may go by it)\n", ms, o->rounds);
+	printf("   %-14s %10s %10s %7s   %-22s %s\n", "", "plain", "wsd", "ratio",
+	       "wsd: fast at close", "wsd: bytes by shm/verbs");
+	conn_row(o, host, ms, false, &sc->conn);
+	conn_row(o, host, ms, true, &sc->conn_keep);
 }
 
 /* ---- requests over many connections at once --------------------------------------------- */
@@ -367,10 +386,19 @@ void bench_scale_verdicts(struct bench_scale *sc)
 	bench_judge("scale_10k_more_pss_per_process", held,
 		    fast == n && h[0].conns == n, mib, "<=", 64, " MiB");
 	if (sc->conn_tried) {
-		bench_verdict("scale_connection_rate_ratio", bench_ratio(sc->conn[1], sc->conn[0]),
+		const struct conn_rate *c = &sc->conn, *k = &sc->conn_keep;
+
+		bench_verdict("scale_connection_rate_ratio", bench_ratio(c->rate[1], c->rate[0]),
 			      ">=", 1, "");
-		printf("bench: scale_connections_fast_at_close %d of %d\n", sc->conn_fast,
-		       sc->conn_all);
+		printf("bench: scale_connections_fast_at_close %d of %d\n", c->fast, c->all);
+		bench_verdict("scale_connection_rate_beside_held_ratio",
+			      bench_ratio(k->rate[1], k->rate[0]), ">=", 1, "");
+		printf("bench: scale_connections_beside_held_fast_at_close %d of %d\n", k->fast,
+		       k->all);
+		bench_verdict("scale_connection_bytes_by_channel_share",
+			      c->bytes_all ? (double)c->bytes_fast / c->bytes_all : 0, ">=", 0.99, "");
+		bench_verdict("scale_connection_beside_held_bytes_by_channel_share",
+			      k->bytes_all ? (double)k->bytes_fast / k->bytes_all : 0, ">=", 0.99, "");
 	}
 	if (sc->msg_tried) {
 		for (int k = 1; k < 4; k++) {

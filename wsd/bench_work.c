@@ -12,7 +12,7 @@
  *   lat-srv  HOST SIZE CPU                 echo SIZE-byte messages
  *   lat-cli  HOST PORT SIZE COUNT CPU      round trips, p50, p99 and mean
  *   conn-srv HOST COUNT                    answer COUNT short connections (0: until BYE)
- *   conn-cli HOST PORT COUNT [RUN_MS]      connect, 64 B each way, close
+ *   conn-cli HOST PORT COUNT [RUN_MS [keep]]  connect, 64 B each way, close
  *
  * and the many-connection ones of bench_work_scale.c (hold-*, msg-*).
  */
@@ -398,11 +398,38 @@ static void count_bytes(struct bytes_seen *b, int fd)
  * can in that time (then the "BYE" one), and prints their rate, how many
  * were on shm or verbs when it closed them and the bytes that went by the
  * ring or RDMA (its own counters; the bookkeeping's time is not counted).
+ * With "keep", it first holds one connection ("KEEP", which the server
+ * echoes on a thread of its own) that it warms until it is accelerated, or
+ * 2 s: the channel between the two processes exists for the short ones.
  */
+static void *keep_echo(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	char b[64];
+
+	while (!bench_full(fd, b, 64, false) && !bench_full(fd, b, 64, true))
+		;
+	close(fd);
+	return NULL;
+}
+
+static int keep_open(const char *host, int port)
+{
+	int fd = connect_to(host, port);
+	char b[64] = "KEEP";
+	double t0 = bench_now();
+
+	do {
+		if (bench_full(fd, b, 64, true) || bench_full(fd, b, 64, false))
+			bench_fail("keep");
+	} while (!bench_fast(bench_path_of(fd)) && bench_now() - t0 < 2);
+	return fd;
+}
+
 static int conn(bool server, char **a, int n)
 {
 	char b[64] = "GET";
-	int count;
+	int count, keep = -1;
 
 	if (n < (server ? 2 : 3))
 		return 2;
@@ -416,8 +443,16 @@ static int conn(bool server, char **a, int n)
 			if (fd < 0)
 				bench_fail("accept");
 			if (!bench_full(fd, b, 64, false)) {
+				pthread_t th;
+
 				bye = !strcmp(b, "BYE");
 				bench_full(fd, b, 64, true);
+				if (!strcmp(b, "KEEP") &&
+				    !pthread_create(&th, NULL, keep_echo, (void *)(intptr_t)fd)) {
+					pthread_detach(th);
+					served--;
+					continue;
+				}
 			}
 			close(fd);
 		}
@@ -426,6 +461,11 @@ static int conn(bool server, char **a, int n)
 		double run = n > 3 ? atoi(a[3]) / 1e3 : 0, t0 = bench_now(), book = 0, t = t0;
 		struct bytes_seen bytes = { 0 };
 		int done = 0, fast = 0;
+
+		if (n > 4 && !strcmp(a[4], "keep")) {
+			keep = keep_open(a[0], atoi(a[1]));
+			t0 = t = bench_now();
+		}
 
 		for (; run ? t - t0 < run : done < count; done++) {
 			int fd = connect_to(a[0], atoi(a[1]));
@@ -449,6 +489,8 @@ static int conn(bool server, char **a, int n)
 				bench_fail("request");
 			close(fd);
 		}
+		if (keep >= 0)
+			close(keep);
 		printf("rate %.1f accel %d of %d bytes %llu of %llu\n", done / t, fast, done,
 		       bytes.fast, bytes.all);
 	}
