@@ -41,6 +41,31 @@ static int proof_write(struct wsd_sock *s)
 	return left ? -ETIMEDOUT : 0;
 }
 
+/*
+ * tx_lock held, our SWITCH and whatever goes before the proof written: the
+ * proof, and the ring from now on.  false: the stream took no proof (the
+ * connection is broken).
+ */
+static bool to_ring(struct wsd_sock *s)
+{
+	bool was;
+
+	if (proof_write(s)) {
+		broken(s, -ECONNRESET);
+		return false;
+	}
+	bells_tx_base(s);
+	s->tx_mode = DIR_RING;
+	pthread_mutex_lock(&s->mu);
+	was = s->accel;
+	s->accel = true;
+	pthread_mutex_unlock(&s->mu);
+	became_accel(s, was);
+	if (was)
+		wsd_poll_sock_accelerated(s);   /* POLLOUT is the ring's to say now */
+	return true;
+}
+
 /* tx_lock held: move this direction to the ring if the peer is ready. */
 bool tx_switch(struct wsd_sock *s)
 {
@@ -57,7 +82,6 @@ bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent)
 {
 	struct wsd_session *ss = s->sess;
 	uint64_t n;
-	bool was;
 
 	if (s->tx_mode == DIR_RING)
 		return true;
@@ -83,19 +107,8 @@ bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent)
 		*sent = len;
 		wsd_stat_add(s->stat, &s->stat->copy_tx, len);
 	}
-	if (proof_write(s)) {
-		broken(s, -ECONNRESET);
+	if (!to_ring(s))
 		return false;
-	}
-	bells_tx_base(s);
-	s->tx_mode = DIR_RING;
-	pthread_mutex_lock(&s->mu);
-	was = s->accel;
-	s->accel = true;
-	pthread_mutex_unlock(&s->mu);
-	became_accel(s, was);
-	if (was)
-		wsd_poll_sock_accelerated(s);   /* POLLOUT is the ring's to say now */
 	wsd_debug("switch: fd %d sends by ring after %llu stream bytes", s->fd,
 		  (unsigned long long)n);
 	return true;
@@ -104,7 +117,6 @@ bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent)
 void tx_prov_commit(struct wsd_sock *s)
 {
 	int64_t k = kernel_written(s->fd, false);
-	bool was;
 
 	if (s->tx_mode != DIR_PROV)
 		return;   /* nothing went into the grant: the usual switch, later */
@@ -116,20 +128,9 @@ void tx_prov_commit(struct wsd_sock *s)
 		real.shutdown(s->fd, SHUT_RDWR);
 		return;
 	}
-	if (proof_write(s)) {
-		broken(s, -ECONNRESET);
+	if (!to_ring(s))
 		return;
-	}
-	bells_tx_base(s);
-	s->tx_mode = DIR_RING;
 	wsd_stat_add(s->stat, &s->stat->copy_tx, s->prov_len);
-	pthread_mutex_lock(&s->mu);
-	was = s->accel;
-	s->accel = true;
-	pthread_mutex_unlock(&s->mu);
-	became_accel(s, was);
-	if (was)
-		wsd_poll_sock_accelerated(s);
 	wsd_debug("switch: fd %d sends by ring from its first byte", s->fd);
 }
 
