@@ -169,6 +169,8 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	if (!ch && !(ch = wsd_chan_new(q->ws, path_of(q->ws), false, NULL)))
 		goto no;
 	ss = q->grant ? q->grant : wsd_session_new(ch);
+	if (ss && q->grant)
+		ss->granted = true;
 	if (!ss) {
 		if (!q->ch)
 			wsd_chan_put(ch);   /* closes q->ws with it: refused below, on nothing */

@@ -122,10 +122,7 @@ void tx_prov_commit(struct wsd_sock *s)
 		return;   /* nothing went into the grant: the usual switch, later */
 	/* a write we did not see went on the stream ahead of where our proof would */
 	if (k >= 0 && s->prov_k0 >= 0 && k > s->prov_k0) {
-		wsd_debug("switch: fd %d: %lld stream bytes written behind our back before the "
-			  "proof: connection reset", s->fd, (long long)(k - s->prov_k0));
-		broken(s, -ECONNRESET);
-		real.shutdown(s->fd, SHUT_RDWR);
+		session_fail(s->sess, R_BYPASS, "stream bytes written before the first bytes' proof");
 		return;
 	}
 	if (!to_ring(s))
@@ -214,7 +211,14 @@ static void proof_fail(struct wsd_sock *s, const char *why, bool tx_locked)
 	/* tx_mode and tx_back are the sender's: decided and set under its lock */
 	if (!tx_locked)
 		pthread_mutex_lock(&s->tx_lock);
-	reset = !peer_untrusted(ss) || s->tx_mode == DIR_RING ||
+	/*
+	 * A peer that sent first bytes into our grant (wsd-protocol(7), The
+	 * mailbox) and then no proof wrote on the stream behind its switch's
+	 * back: those bytes and the stream's cannot both be the program's, so
+	 * the connection fails.  Such a peer passed the shm transport's check
+	 * (it may write our memory): it could break us anyway.
+	 */
+	reset = !peer_untrusted(ss) || s->tx_mode == DIR_RING || ss->granted ||
 		(s->proof_got && set_prefix(s, ss->nonce, s->proof_got));
 	if (!reset) {
 		s->proof_got = 0;

@@ -38,6 +38,7 @@ struct wsd_session {
 					(and in the segment's registration: RDMA writes) */
 	bool peer_known;             /* we know the peer's slot (and write it: SHUT at the end) */
 	bool slot_known;             /* the peer knows ours (and may write it) */
+	bool granted;                /* made ahead for the mailbox: the peer may send before its proof */
 	/* a mapped ring's pages (tx_lock): when a record last went to a new
 	 * page past the first, 0 when none did since the last give-back
 	 * (wsd-protocol(7), "Pages on demand") */

@@ -495,11 +495,27 @@ static ssize_t send_prov(struct wsd_sock *s, struct cursor *c)
 
 void tx_prov_undo(struct wsd_sock *s)
 {
+	int64_t k = kernel_written(s->fd, false);
 	uint32_t done = 0;
 
 	if (s->tx_mode != DIR_PROV)
 		return;
 	s->tx_mode = DIR_TCP;
+	/* a write we did not see went on the stream ahead of the copy: no order left to keep */
+	if (k >= 0 && s->prov_k0 >= 0 && k > s->prov_k0) {
+		struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+
+		wsd_debug("switch: fd %d: stream bytes written before its first bytes went "
+			  "there: connection reset", s->fd);
+		s->tcp_err = true;
+		s->tcp_errno = ECONNRESET;
+		s->tx_shut = true;
+		wsd_stat_begin(s->stat);
+		s->stat->reason = R_BYPASS;
+		wsd_stat_end(s->stat);
+		real.connect(s->fd, &unspec, sizeof(unspec));
+		return;
+	}
 	/* the peer takes none of the ring's copy: all of it by the stream, in order */
 	while (done < s->prov_len) {
 		ssize_t n = real.send(s->fd, s->prov_buf + done, s->prov_len - done, MSG_NOSIGNAL);

@@ -273,6 +273,20 @@ static int server(const char *portfile, const char *stopfile)
 			goto out;
 		}
 		ok = expect_reset(fd, "server");
+	} else if (m[0] == 'F') {
+		/*
+		 * A second connection beside this one (a channel joins us): its
+		 * first bytes went into our grant, then raw bytes on its stream,
+		 * where its proof should be.  Neither may come as data.
+		 */
+		int fd2;
+
+		while ((fd2 = accept(l, NULL, NULL)) < 0 && errno == EINTR)
+			;
+		if (fd2 < 0)
+			die("server: accept the second connection");
+		timeouts(fd2, 20);
+		ok = expect_reset(fd2, "server");
 	} else {
 		report(0, "server: unknown command %s%ld", "", m[0]);
 	}
@@ -341,6 +355,28 @@ static int client(int port, const char *mode, const char *ready, const char *go,
 		} else {
 			ok = expect_reset(fd, "client");
 		}
+	} else if (!strcmp(mode, "first")) {
+		char raw[RAW];
+		long k;
+		int fd2 = socket(AF_INET, SOCK_STREAM, 0);
+
+		memset(m, 'F', MSG);
+		if (send_all(fd, m, MSG))
+			die("client: send F");
+		if (fd2 < 0 || connect(fd2, (struct sockaddr *)&a, sizeof(a)))
+			die("client: connect the second connection");
+		timeouts(fd2, 20);
+		/* into the server's grant, before its answer: nothing on the stream yet */
+		memset(m, 'G', MSG);
+		if (send_all(fd2, m, MSG))
+			die("client: send G");
+		memset(raw, 'X', sizeof(raw));
+		k = raw6(SYS_write, fd2, (long)raw, RAW, 0, 0, 0);
+		if (k != RAW) {
+			report(0, "client: the raw write wrote %s%ld bytes", "", k);
+			return 1;
+		}
+		ok = expect_reset(fd2, "client");
 	} else {
 		memset(m, 'R', MSG);
 		if (send_all(fd, m, MSG))
