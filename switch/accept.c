@@ -576,18 +576,19 @@ void wsd_upgrade_box(struct wsd_sock *s)
  * bytes end the wait as they come.
  */
 #define BOX_FIRST_NS 100000
+#define BOX_POLL_MS 50
 
-void wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock)
+int wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock)
 {
 	int64_t end;
 
 	if (s->first_waited)
-		return;
+		return 0;
 	s->first_waited = true;
 	wsd_upgrade_box(s);
 	if (nonblock || s->sess || atomic_load(&s->upgrade_state) != UP_NONE ||
 	    !wsd_chan_box_busy())
-		return;
+		return 0;
 	end = wsd_now_ns() + BOX_FIRST_NS;
 	for (int i = 0; wsd_now_ns() < end; i++) {
 		char c;
@@ -595,13 +596,34 @@ void wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock)
 		if (wsd_chan_box_any()) {
 			wsd_upgrade_box(s);
 			if (atomic_load(&s->upgrade_state) != UP_NONE)
-				return;
+				return 0;
 		}
-		if (i % 16 == 0 && real.recv(s->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0)
-			return;   /* data, or the end: the stream's */
+		if (i % 16 == 0 && real.recv(s->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) {
+			wsd_upgrade_box(s);   /* posted just before the bytes came */
+			return 0;             /* data, or the end: the stream's */
+		}
 		/* the peer may share our CPU: it must run to post */
 		sched_yield();
 	}
+	/*
+	 * Still nothing (a peer slow to post): wait for the stream in poll,
+	 * BOX_POLL_MS at most, and look once more before any byte of it is
+	 * read.  A peer that posted writes nothing on the stream before our
+	 * answer but what a call its switch did not see wrote: taken first,
+	 * its OPEN makes those bytes fail its proof, and the connection is
+	 * reset rather than handing them over ahead of its first bytes.
+	 */
+	for (int k = 0; k < BOX_POLL_MS / 10; k++) {
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+		int r = real.poll(&p, 1, 10);
+
+		if (r < 0 && errno == EINTR)
+			return -EINTR;
+		wsd_upgrade_box(s);
+		if (r != 0 || atomic_load(&s->upgrade_state) != UP_NONE)
+			return 0;
+	}
+	return 0;
 }
 
 void wsd_upgrade_accepted(struct wsd_sock *s)

@@ -388,8 +388,12 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	bool plain, asleep_armed = false;
 
 	/* an accepted connection's peer may have posted its OPEN since the accept */
-	if (!s->sess && !s->connected_side && !s->tcp_rx)
-		wsd_upgrade_box_first(s, nonblock);
+	if (!s->sess && !s->connected_side && !s->tcp_rx) {
+		int r = wsd_upgrade_box_first(s, nonblock);
+
+		if (r)
+			return r;
+	}
 	pthread_mutex_lock(&s->mu);
 	plain = !s->rx_ready_sent || s->detached;
 	if (plain)

@@ -480,7 +480,7 @@ void wsd_upgrade_maybe(struct wsd_sock *s);
 /* An accepted connection: its peer's OPEN, if posted in our mailbox, answered now. */
 void wsd_upgrade_box(struct wsd_sock *s);
 /* ...and the first receive's look, which waits for it a little when peers post OPENs. */
-void wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock);
+int wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock);
 /*
  * s's OPEN posted in the peer's mailbox: its answer taken if there; spin:
  * waited for (the first send), up to a bound, after which the OPEN goes

@@ -370,6 +370,13 @@ static int client(int port, const char *mode, const char *ready, const char *go,
 		memset(m, 'G', MSG);
 		if (send_all(fd2, m, MSG))
 			die("client: send G");
+		/*
+		 * The server answers meanwhile (it waits in accept): the raw
+		 * bytes come where our proof would.  Before an answer (a server
+		 * that has not accepted yet, and then does not answer), they
+		 * would reach a plain server ahead of G: see wsd-protocol(7).
+		 */
+		usleep(50000);
 		memset(raw, 'X', sizeof(raw));
 		k = raw6(SYS_write, fd2, (long)raw, RAW, 0, 0, 0);
 		if (k != RAW) {
