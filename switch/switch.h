@@ -482,10 +482,11 @@ void wsd_upgrade_box(struct wsd_sock *s);
 /* ...and the first receive's look, which waits for it a little when peers post OPENs. */
 int wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock);
 /*
- * s's OPEN posted in the peer's mailbox: its answer taken if there; spin:
- * waited for (the first send), up to a bound, after which the OPEN goes
- * as a message.  And the same, without waiting, for every OPEN posted a
- * while ago (the channel thread's sweep).
+ * s's OPEN posted in the peer's mailbox: its answer taken if there (a
+ * data call's look); spin: waited for, up to a bound, after which the
+ * OPEN is taken back and the first bytes go by the stream.  And the same,
+ * without waiting, for every OPEN posted a while ago (the channel
+ * thread's sweep).
  */
 void wsd_upgrade_box_wait(struct wsd_sock *s, bool spin);
 /* The peer stayed on the stream after our OPENED (proof.c). */
