@@ -128,8 +128,7 @@ static int answer(const struct request *q, struct wsd_chmsg *a)
 
 static void answer_no(const struct request *q, enum wsd_reason why)
 {
-	struct wsd_chmsg m = { .h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
-				      .kind = MSG_DECLINE, .reason = why }, .req = q->req };
+	struct wsd_chmsg m = decline_msg(q->req, why);
 
 	if (q->boxed) {
 		wsd_stat_refused(why);

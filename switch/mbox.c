@@ -1,19 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The mailbox (wsd-protocol(7), "Channels", "The mailbox"): on shm, the
- * tag page of a side's receive segment holds BOX_N entries in which the
- * peer that made the channel posts its OPENs, and the owner answers them
- * in place.  Both sides map the segment, so an OPEN and its answer are a
- * few stores: the listening side takes the OPEN in the program's own
- * accept (or its first receive), and the connecting side reads the answer
- * in its own first send, where a message would cost a wake-up of each
- * side's channel thread.  An OPEN not taken in time is taken back by its
- * poster and goes as a message.
+ * tag page of a side's receive segment holds WSD_BOX_N entries: its
+ * owner grants sessions ahead, the peer that made the channel posts its
+ * OPENs into the grants, and the owner answers them in place.  Both sides
+ * map the segment, so an OPEN and its answer are a few stores: the
+ * listening side takes the OPEN in the program's own accept (or its first
+ * receive), and the connecting side reads the answer when it next needs
+ * it (connect.c), where a message would cost a wake-up of each side's
+ * channel thread.  An OPEN not taken in time is taken back by its poster.
+ * After the entries, the page holds the SHUT queue.
  *
- * An entry's state word decides who may touch it: free and filling are
- * the poster's, posted is the poster's to take back or the owner's to
- * take (one compare-and-swap decides), taken is the owner's, answered
- * is the poster's again.  The owner copies what it takes and checks the
+ * An entry's state word decides who may touch it: free, given up and
+ * rejected are the owner's to grant, granted and filling the poster's,
+ * posted is the poster's to take back or the owner's to take (one
+ * compare-and-swap decides), taken is the owner's, answered is the
+ * poster's again.  The owner copies what it takes and checks the
  * copy as it checks a message: the peer can write the page at any time.
  */
 #define _GNU_SOURCE
@@ -28,6 +30,15 @@
 
 enum { BOX_FREE = 0, BOX_FILLING = 1, BOX_POSTED = 2, BOX_TAKEN = 3, BOX_ANSWERED = 4,
        BOX_GRANTED = 5, BOX_VOID = 6, BOX_REJECTED = 7 };
+
+/* An entry the peer is done with, which wants a new grant: free, given up, rejected. */
+#define BOX_DONE (1u << BOX_FREE | 1u << BOX_VOID | 1u << BOX_REJECTED)
+
+/* A state word (the peer writes it, any value) among those of mask (1 << state). */
+static bool among(uint32_t mask, uint32_t st)
+{
+	return st < 32 && (mask >> st & 1);
+}
 
 struct box {
 	_Atomic uint32_t state;
@@ -129,7 +140,7 @@ void wsd_chan_box_grant(struct wsd_chan *ch)
 		uint32_t st = atomic_load_explicit(&b[i].state, memory_order_acquire);
 		struct wsd_session *ss;
 
-		if (st != BOX_FREE && st != BOX_VOID && st != BOX_REJECTED)
+		if (!among(BOX_DONE, st))
 			continue;
 		/* the peer is done with the old grant's slot (it freed or voided the entry) */
 		if (ch->grant[i])
@@ -161,17 +172,13 @@ void wsd_chan_box_grant(struct wsd_chan *ch)
 	}
 }
 
-/* An entry of ours that wants a grant (free, or given up by the peer). */
 static bool wants_grant(struct wsd_chan *ch)
 {
 	struct box *b = own_box(ch);
 
-	for (uint32_t i = 0; b && i < WSD_BOX_N; i++) {
-		uint32_t st = atomic_load_explicit(&b[i].state, memory_order_relaxed);
-
-		if (st == BOX_FREE || st == BOX_VOID)
+	for (uint32_t i = 0; b && i < WSD_BOX_N; i++)
+		if (among(BOX_DONE, atomic_load_explicit(&b[i].state, memory_order_relaxed)))
 			return true;
-	}
 	return false;
 }
 
@@ -197,10 +204,8 @@ void wsd_chan_box_refill(void)
 void wsd_chan_box_drop(struct wsd_chan *ch)
 {
 	struct wsd_session *old[WSD_BOX_N];
-	int nold = 0;
-
 	struct wsd_sock *done[WSD_BOX_N];
-	int ndone = 0;
+	int nold = 0, ndone = 0;
 
 	pthread_mutex_lock(&ch->box_mu);
 	for (uint32_t i = 0; i < WSD_BOX_N; i++) {
@@ -218,37 +223,30 @@ void wsd_chan_box_drop(struct wsd_chan *ch)
 		wsd_sock_put(done[--ndone]);
 }
 
-bool wsd_chan_box_any(void)
+/* Some entry of a listening channel of ours is in a state of mask (1 << state). */
+static bool box_scan(uint32_t mask)
 {
-	bool any = false;
+	bool hit = false;
 
 	pthread_mutex_lock(&wsd_chan_tab_lock);
-	for (struct wsd_chan *ch = wsd_chans; ch && !any; ch = ch->next) {
+	for (struct wsd_chan *ch = wsd_chans; ch && !hit; ch = ch->next) {
 		struct box *b = ch->connector || atomic_load(&ch->dead) ? NULL : own_box(ch);
 
-		for (uint32_t i = 0; b && i < WSD_BOX_N && !any; i++)
-			any = atomic_load_explicit(&b[i].state, memory_order_relaxed) == BOX_POSTED;
+		for (uint32_t i = 0; b && i < WSD_BOX_N && !hit; i++)
+			hit = among(mask, atomic_load_explicit(&b[i].state, memory_order_relaxed));
 	}
 	pthread_mutex_unlock(&wsd_chan_tab_lock);
-	return any;
+	return hit;
+}
+
+bool wsd_chan_box_any(void)
+{
+	return box_scan(1u << BOX_POSTED);
 }
 
 bool wsd_chan_box_busy(void)
 {
-	bool busy = false;
-
-	pthread_mutex_lock(&wsd_chan_tab_lock);
-	for (struct wsd_chan *ch = wsd_chans; ch && !busy; ch = ch->next) {
-		struct box *b = ch->connector || atomic_load(&ch->dead) ? NULL : own_box(ch);
-
-		for (uint32_t i = 0; b && i < WSD_BOX_N && !busy; i++) {
-			uint32_t st = atomic_load_explicit(&b[i].state, memory_order_relaxed);
-
-			busy = st == BOX_POSTED || st == BOX_FILLING || st == BOX_GRANTED;
-		}
-	}
-	pthread_mutex_unlock(&wsd_chan_tab_lock);
-	return busy;
+	return box_scan(1u << BOX_POSTED | 1u << BOX_FILLING | 1u << BOX_GRANTED);
 }
 
 static bool names(const struct wsd_chmsg *m, const struct wsd_stat_addr *local,
@@ -292,9 +290,7 @@ struct wsd_chan *wsd_chan_box_take(const struct wsd_stat_addr *local,
 			pthread_mutex_unlock(&ch->box_mu);
 			if (!names(m, local, peer) || !*grant) {
 				/* changed under us, or no grant: refused, looked at no further */
-				struct wsd_chmsg no = { .h = { .magic = WSD_PROTO_MAGIC,
-					.version = WSD_PROTO_VERSION, .kind = MSG_DECLINE,
-					.reason = R_PROTOCOL }, .req = m->req };
+				struct wsd_chmsg no = decline_msg(m->req, R_PROTOCOL);
 
 				pthread_mutex_lock(&ch->box_mu);
 				ch->grant[i] = *grant;

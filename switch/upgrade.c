@@ -239,11 +239,16 @@ void refuse(SOCKET ws, enum wsd_reason why)
 	procs.lpWSPCloseSocket(ws, &err);
 }
 
+struct wsd_chmsg decline_msg(uint64_t req, enum wsd_reason why)
+{
+	return (struct wsd_chmsg){ .h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
+					  .kind = MSG_DECLINE, .reason = why }, .req = req };
+}
+
 /* A channel's request answered DECLINE. */
 void decline(struct wsd_chan *ch, uint64_t req, enum wsd_reason why)
 {
-	struct wsd_chmsg m = { .h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
-				      .kind = MSG_DECLINE, .reason = why }, .req = req };
+	struct wsd_chmsg m = decline_msg(req, why);
 
 	wsd_stat_refused(why);
 	wsd_chan_send(ch, &m);

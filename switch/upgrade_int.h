@@ -59,6 +59,8 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms);
 enum wsd_path path_of(SOCKET ws);
 void refuse(SOCKET ws, enum wsd_reason why);
 void decline(struct wsd_chan *ch, uint64_t req, enum wsd_reason why);
+/* The DECLINE of request req, for reason why (a message, or a mailbox entry's answer). */
+struct wsd_chmsg decline_msg(uint64_t req, enum wsd_reason why);
 void drop(SOCKET ws);
 /* Urgent data waits on the socket: no handover count could be right. */
 bool urgent_seen(const struct wsd_sock *s);
