@@ -219,8 +219,8 @@ static void slot_drop(struct wsd_chan *ch, uint32_t seg, uint32_t k, uint8_t sid
 {
 	struct seg *g = &ch->segs[seg];
 
-	if (!(g->state[k] & side) || g->state[k] == SL_WARM)
-		return;   /* a SHUT for a slot not in use: the peer's mistake, ignored */
+	if (!(g->state[k] & side))
+		return;   /* a SHUT for a slot not in use (free, or warm): the peer's mistake */
 	g->state[k] &= (uint8_t)~side;
 	if (g->state[k])
 		return;

@@ -103,6 +103,17 @@ struct open_req {
 static struct open_req *opens;        /* pend_lock */
 static uint64_t next_req = 1;
 
+/* pend_lock held: o out of the list; false when it was not there (already taken). */
+static bool open_unlink(struct open_req *o)
+{
+	for (struct open_req **pp = &opens; *pp; pp = &(*pp)->next)
+		if (*pp == o) {
+			*pp = o->next;
+			return true;
+		}
+	return false;
+}
+
 static void open_fail(struct wsd_sock *s, struct wsd_session *ss, enum wsd_reason why)
 {
 	wsd_session_free(ss);
@@ -135,15 +146,13 @@ static void client_open(struct wsd_sock *s, struct wsd_chan *ch, const struct ws
 		return;
 	/* not sent: unless the channel's death took it first, it is ours to end */
 	pthread_mutex_lock(&pend_lock);
-	for (struct open_req **pp = &opens; *pp; pp = &(*pp)->next)
-		if (*pp == o) {
-			*pp = o->next;
-			pthread_mutex_unlock(&pend_lock);
-			open_fail(s, ss, R_PROVIDER);
-			free(o);
-			return;
-		}
+	if (!open_unlink(o)) {
+		pthread_mutex_unlock(&pend_lock);
+		return;
+	}
 	pthread_mutex_unlock(&pend_lock);
+	open_fail(s, ss, R_PROVIDER);
+	free(o);
 }
 
 /*
@@ -236,16 +245,6 @@ void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_c
 		return;
 	}
 	open_answered(ch, o, m);
-}
-
-/* pend_lock held: o out of the list. */
-static void open_unlink(struct open_req *o)
-{
-	for (struct open_req **pp = &opens; *pp; pp = &(*pp)->next)
-		if (*pp == o) {
-			*pp = o->next;
-			return;
-		}
 }
 
 /* The first bytes' end, once o's fate is known: commit (OPENED) or go by the stream. */
@@ -391,11 +390,6 @@ static void box_wait(struct wsd_sock *s, bool spin, bool to_tcp)
 		sched_yield();   /* the peer may share our CPU: it must run to answer */
 	}
 	box_unclaim(o);
-}
-
-void wsd_upgrade_box_wait(struct wsd_sock *s, bool spin)
-{
-	box_wait(s, spin, false);
 }
 
 void wsd_upgrade_settle(struct wsd_sock *s, bool to_tcp)
@@ -620,7 +614,7 @@ void wsd_upgrade_prestart(void)
 	pthread_mutex_unlock(&up_lock);
 }
 
-void wsd_upgrade_maybe(struct wsd_sock *s)
+static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 {
 	const struct wsd_switch_params *p;
 	struct job *j;
@@ -640,7 +634,7 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 	if (atomic_load_explicit(&s->upgrade_state, memory_order_relaxed) != UP_NONE) {
 		/* an OPEN in the peer's mailbox: its answer taken if there */
 		if (s->chan_known && atomic_load(&s->upgrade_state) == UP_RUNNING)
-			wsd_upgrade_box_wait(s, false);
+			box_wait(s, false, false);
 		return;
 	}
 	p = wsd_switch_params();
@@ -694,7 +688,7 @@ void wsd_upgrade_maybe(struct wsd_sock *s)
 		fail(s, R_PROVIDER);
 		return;
 	}
-	if (s->chan_known && client_open_now(s, s->connecting))
+	if (s->chan_known && client_open_now(s, at_connect))
 		return;
 	if (!(j = calloc(1, sizeof(*j)))) {
 		fail(s, R_PROVIDER);
@@ -725,4 +719,14 @@ void connect_atfork_child(void)
 	jobs = NULL;
 	jobs_tail = &jobs;
 	opens = NULL;
+}
+
+void wsd_upgrade_maybe(struct wsd_sock *s)
+{
+	upgrade_maybe(s, false);
+}
+
+void wsd_upgrade_connected(struct wsd_sock *s)
+{
+	upgrade_maybe(s, true);
 }

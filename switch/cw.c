@@ -153,7 +153,6 @@ uint64_t ctl_get(struct wsd_session *ss, int idx)
 void session_fail(struct wsd_session *ss, enum wsd_reason reason, const char *why)
 {
 	struct wsd_sock *s = ss->sock;
-	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
 	const char *none = NULL;
 
 	if (!__atomic_compare_exchange_n(&ss->fault, &none, why, false, __ATOMIC_ACQ_REL,
@@ -172,6 +171,13 @@ void session_fail(struct wsd_session *ss, enum wsd_reason reason, const char *wh
 	 */
 	if (reason == R_BYPASS)
 		put_word(ss, W_FAIL, CW_CLOSED, 3);
+	stream_reset(s, reason);
+}
+
+void stream_reset(struct wsd_sock *s, enum wsd_reason reason)
+{
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+
 	s->tcp_err = true;
 	s->tcp_errno = ECONNRESET;
 	s->tx_shut = true;

@@ -56,6 +56,8 @@ int put_word(struct wsd_session *ss, int which, int idx, uint64_t v);
 bool peer_untrusted(const struct wsd_session *ss);
 uint64_t ctl_get(struct wsd_session *ss, int idx);
 void session_fail(struct wsd_session *ss, enum wsd_reason reason, const char *why);
+/* The connection fails here, reason in wsd stat, and the kernel resets it (session or none). */
+void stream_reset(struct wsd_sock *s, enum wsd_reason reason);
 void protocol_fail(struct wsd_session *ss, const char *why);
 bool faulted(const struct wsd_session *ss);
 bool peer_bypass(struct wsd_session *ss);

@@ -75,11 +75,8 @@ EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 				memcpy(&s->peer, addr, len);
 			wsd_upgrade_prestart();
 			/* connected to a peer we have a channel with: its OPEN goes now */
-			if (r == 0) {
-				s->connecting = true;
-				wsd_upgrade_maybe(s);
-				s->connecting = false;
-			}
+			if (r == 0)
+				wsd_upgrade_connected(s);
 		}
 		wsd_sock_put(s);
 	}

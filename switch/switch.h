@@ -235,7 +235,6 @@ struct wsd_sock {
 	int tcp_errno;
 	_Atomic int upgrade_state;   /* UP_* */
 	bool first_waited;           /* the first receive looked for a posted OPEN (once) */
-	bool connecting;             /* inside connect(): an OPEN only with a grant */
 	struct wsd_session *sess;    /* set once established; freed with the sock */
 	/*
 	 * First bytes sent before the peer answered (tx_lock; connect.c,
@@ -477,21 +476,19 @@ void wsd_upgrade_unlisten(struct wsd_sock *s);
 void wsd_upgrade_accepted(struct wsd_sock *s);
 /* A data call on s: start the upgrade when it is worth it (lazy, cheap). */
 void wsd_upgrade_maybe(struct wsd_sock *s);
+/* ...and as connect() returns: with a channel to the peer, asked for by mailbox or not yet. */
+void wsd_upgrade_connected(struct wsd_sock *s);
 /* An accepted connection: its peer's OPEN, if posted in our mailbox, answered now. */
 void wsd_upgrade_box(struct wsd_sock *s);
 /* ...and the first receive's look, which waits for it a little when peers post OPENs. */
 int wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock);
 /*
- * s's OPEN posted in the peer's mailbox: its answer taken if there (a
- * data call's look); spin: waited for, up to a bound, after which the
- * OPEN is taken back and the first bytes go by the stream.  And the same,
- * without waiting, for every OPEN posted a while ago (the channel
- * thread's sweep).
+ * Every OPEN posted in a peer's mailbox a while ago: its answer taken, or
+ * the OPEN taken back (the channel thread's sweep).
  */
-void wsd_upgrade_box_wait(struct wsd_sock *s, bool spin);
+void wsd_upgrade_box_sweep(void);
 /* The peer stayed on the stream after our OPENED (proof.c). */
 void wsd_sock_unswitched(struct wsd_sock *s);
-void wsd_upgrade_box_sweep(void);
 /*
  * s's first bytes, sent into a grant before the peer's answer (s->prov):
  * settled now, committed or sent by the stream, waiting for the answer up

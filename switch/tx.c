@@ -503,17 +503,9 @@ void tx_prov_undo(struct wsd_sock *s)
 	s->tx_mode = DIR_TCP;
 	/* a write we did not see went on the stream ahead of the copy: no order left to keep */
 	if (k >= 0 && s->prov_k0 >= 0 && k > s->prov_k0) {
-		struct sockaddr unspec = { .sa_family = AF_UNSPEC };
-
 		wsd_debug("switch: fd %d: stream bytes written before its first bytes went "
 			  "there: connection reset", s->fd);
-		s->tcp_err = true;
-		s->tcp_errno = ECONNRESET;
-		s->tx_shut = true;
-		wsd_stat_begin(s->stat);
-		s->stat->reason = R_BYPASS;
-		wsd_stat_end(s->stat);
-		real.connect(s->fd, &unspec, sizeof(unspec));
+		stream_reset(s, R_BYPASS);
 		return;
 	}
 	/* the peer takes none of the ring's copy: all of it by the stream, in order */
