@@ -130,6 +130,8 @@ struct nd_ep {
 	 * process to check and ignores it.
 	 */
 	bool owner_check;
+	/* shm: the peer's process, as the kernel named it at connect (0: not known) */
+	uint32_t peer_pid;
 	void *tpriv;                   /* the transport's connection state */
 };
 

@@ -113,6 +113,7 @@ struct request {
 	int box;
 	struct wsd_sock *sock;       /* ...for this accepted socket */
 	struct wsd_session *grant;   /* ...and the session the entry granted */
+	int fd;                      /* ...and the poster's descriptor of the connection, or -1 */
 };
 
 /* An answer to an OPEN: in the mailbox entry it came in, else a message. */
@@ -168,8 +169,12 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	if (!ch && !(ch = wsd_chan_new(q->ws, path_of(q->ws), false, NULL)))
 		goto no;
 	ss = q->grant ? q->grant : wsd_session_new(ch);
-	if (ss && q->grant)
+	if (ss && q->grant) {
 		ss->granted = true;
+		/* the poster holds the connection: no proof to wait for, from it or for our sends */
+		ss->proof_waived = wsd_chan_box_held(ch, q->fd, s);
+		a.flags = ss->proof_waived ? WSD_OPENED_HELD : 0;
+	}
 	if (!ss) {
 		if (!q->ch)
 			wsd_chan_put(ch);   /* closes q->ws with it: refused below, on nothing */
@@ -193,6 +198,8 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 		wsd_chan_start(ch, q->h->pid);
 		wsd_chan_put(ch);   /* the session holds it */
 	}
+	if (ss->proof_waived)
+		atomic_store(&s->proven, true);
 	wsd_session_attach(s, ss);
 	return;
 no:
@@ -559,7 +566,7 @@ void wsd_upgrade_box(struct wsd_sock *s)
 	} else {
 		server_attach(s, &(struct request){ .ws = INVALID_SOCKET, .ch = ch, .req = m.req,
 						     .h = &m.h, .boxed = true, .box = idx,
-						     .grant = grant, .sock = s });
+						     .grant = grant, .sock = s, .fd = m.fd });
 	}
 	wsd_chan_box_grant(ch);   /* the entry's next grant, when the peer freed it */
 	wsd_chan_put(ch);

@@ -438,6 +438,7 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	if (key)
 		ch->key = *key;
 	ch->owner = getpid();
+	ch->peer_pidfd = -1;
 	ch->ring = wsd_switch_params()->ring_size;
 	if (seg_add(ch)) {
 		ch->ws = INVALID_SOCKET;   /* still the caller's */
@@ -458,6 +459,8 @@ static void chan_free(struct wsd_chan *ch)
 		return;   /* the parent's, in a fork child: left as it is */
 	if (ch->ws != INVALID_SOCKET)
 		wsd_spi()->lpWSPCloseSocket(ch->ws, &err);
+	if (ch->peer_pidfd >= 0)
+		real.close(ch->peer_pidfd);
 	for (uint32_t i = 0; i < ch->nsegs; i++) {
 		seg_fd_close(&ch->segs[i]);
 		munmap(ch->segs[i].mem, ch->segs[i].len);

@@ -66,6 +66,15 @@ uint32_t wsd_chan_id(const struct wsd_chan *ch);
 void wsd_chan_mem_inodes(struct wsd_chan *ch, uint64_t ino[2]);
 /* The peer process's pid when the transport told it (shm), else 0. */
 uint32_t wsd_chan_peer_pid(const struct wsd_chan *ch);
+/*
+ * shm, the listening side: the poster of an OPEN in our mailbox holds the
+ * other end of s's TCP connection as its descriptor fd.  A copy taken of
+ * it (pidfd_getfd, the right the shm transport checked, on the process the
+ * kernel named) is a TCP socket of s's network namespace whose addresses
+ * are s's the other way round, which no other socket of that namespace
+ * can be: its proof on the stream is not needed (WSD_OPENED_HELD).
+ */
+bool wsd_chan_box_held(struct wsd_chan *ch, int fd, const struct wsd_sock *s);
 /* The handshake closed the SPI socket (it timed out): nothing to close later. */
 void wsd_chan_lost_socket(struct wsd_chan *ch);
 /* The channel broke or ended: no more requests on it. */

@@ -53,6 +53,7 @@ struct wsd_chan {
 	uint32_t id;
 	pid_t owner;                 /* the process it belongs to (fork) */
 	uint32_t peer_pid;
+	int peer_pidfd;              /* mbox.c: the peer the kernel named, -1 not yet, -2 none */
 	_Atomic bool dead;
 	bool reading;
 	int64_t idle_since;          /* ms, with no slot in use; 0 while one is */

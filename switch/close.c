@@ -66,16 +66,13 @@ int wsd_sock_shutdown(struct wsd_sock *s, int how)
 	return r;
 }
 
-/* SO_LINGER with a time: wait (that long at most) for the peer to take our data. */
-static void linger(struct wsd_sock *s)
+/* SO_LINGER with a time (l): wait (that long at most) for the peer to take our data. */
+static void linger(struct wsd_sock *s, struct linger l)
 {
 	struct wsd_session *ss = s->sess;
-	struct linger l = { 0 };
-	socklen_t len = sizeof(l);
 	int64_t end;
 
-	if (s->tx_mode != DIR_RING || real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len) ||
-	    !l.l_onoff || l.l_linger <= 0)
+	if (s->tx_mode != DIR_RING || !l.l_onoff || l.l_linger <= 0)
 		return;
 	end = wsd_now_ms() + (int64_t)l.l_linger * 1000;
 	while (ctl_get(ss, CW_CONSUMED) < ss->tx_pos &&
@@ -94,6 +91,7 @@ void wsd_sock_closed(struct wsd_sock *s)
 
 	struct linger l = { 0 };
 	socklen_t len = sizeof(l);
+	bool lingers;
 
 	if (ss && !s->detached && !faulted(ss)) {
 		/* the peer's proof left unread on the stream would make close a reset */
@@ -104,7 +102,9 @@ void wsd_sock_closed(struct wsd_sock *s)
 	/* after a violation the kernel's close ends what protocol_fail shut */
 	if (!ss || s->detached || s->tx_back || faulted(ss))
 		return;
-	real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len);
+	if (real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len))
+		l = (struct linger){ 0 };
+	lingers = l.l_onoff && l.l_linger > 0;
 	if ((l.l_onoff && l.l_linger == 0) || (s->rx_ready_sent && wsd_sock_nread(s) > 0)) {
 		/* SO_LINGER {1, 0} or unread data: the kernel resets, and so must we */
 		l = (struct linger){ 1, 0 };
@@ -127,9 +127,19 @@ void wsd_sock_closed(struct wsd_sock *s)
 	if (s->tx_mode == DIR_RING && !s->tx_shut && fits(ss, 0, true))
 		write_record(s, REC_FIN, NULL, 0, NULL);
 	s->tx_shut = true;
-	if (s->tx_mode == DIR_RING)
+	if (s->tx_mode == DIR_RING && !lingers && ctl_get(ss, CW_DATA_ARM) != ss->rung_data) {
+		/*
+		 * A peer that armed is woken by the kernel's FIN, sent here
+		 * rather than by the close (another process may hold the
+		 * socket), where a doorbell would be one more segment for it
+		 * to read before the FIN that follows.  Our FIN record is in
+		 * its ring ahead of it.
+		 */
+		real.shutdown(s->fd, SHUT_WR);
+	} else if (s->tx_mode == DIR_RING) {
 		ring_data(s);
-	linger(s);
+	}
+	linger(s, l);
 	put_word(ss, W_TX, CW_CLOSED, 1);
 	pthread_mutex_unlock(&s->tx_lock);
 }

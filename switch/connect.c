@@ -124,7 +124,7 @@ static void open_fail(struct wsd_sock *s, struct wsd_session *ss, enum wsd_reaso
 /* The connection's upgrade is one message on the channel, answered later. */
 static void client_open(struct wsd_sock *s, struct wsd_chan *ch, const struct wsd_tuple *t)
 {
-	struct wsd_chmsg m = { .t = *t };
+	struct wsd_chmsg m = { .t = *t, .fd = -1 };
 	struct open_req *o = calloc(1, sizeof(*o));
 	struct wsd_session *ss = o ? wsd_session_new(ch) : NULL;
 
@@ -166,7 +166,7 @@ static void client_open(struct wsd_sock *s, struct wsd_chan *ch, const struct ws
 static bool client_open_granted(struct wsd_sock *s, struct wsd_chan *ch,
 				const struct wsd_tuple *t)
 {
-	struct wsd_chmsg m = { .t = *t };
+	struct wsd_chmsg m = { .t = *t, .fd = s->fd };   /* the peer may look at it (HELD) */
 	struct wsd_hello g;
 	struct open_req *o;
 	struct wsd_session *ss;
@@ -300,7 +300,15 @@ static bool box_look(struct open_req *o, bool give_up, bool to_tcp)
 		a.h.kind = MSG_DECLINE;
 		a.h.reason = R_PROTOCOL;
 	}
-	if (answered && a.h.kind == MSG_OPENED) {
+	if (answered && a.h.kind == MSG_OPENED && (a.flags & WSD_OPENED_HELD)) {
+		/*
+		 * The peer saw our socket and reads our first bytes from its
+		 * answer on, without a proof: committed whatever comes (a
+		 * connection to stay on the stream goes back to it the usual way).
+		 */
+		opened = commit = true;
+		o->ss->proof_waived = true;
+	} else if (answered && a.h.kind == MSG_OPENED) {
 		opened = true;
 		/* its rx_ready comes as it answers, unless a read of its holds the stream */
 		commit = !to_tcp && wsd_session_rx_ready(o->ss);

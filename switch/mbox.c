@@ -19,8 +19,13 @@
  * copy as it checks a message: the peer can write the page at any time.
  */
 #define _GNU_SOURCE
+#include <netinet/in.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "provider/fault.h"
 
 #include "switch/chan_int.h"
 #include "switch/session.h"
@@ -389,4 +394,62 @@ bool wsd_chan_box_withdraw(struct wsd_chan *ch, int idx)
 	uint32_t st = BOX_POSTED;
 
 	return b && atomic_compare_exchange_strong(&b[idx].state, &st, BOX_VOID);
+}
+
+/* ---- the poster's socket --------------------------------------------------------- */
+
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71           /* Linux 5.14 */
+#endif
+
+/* ch->mu held: a pidfd of the peer the kernel named to the shm transport, or < 0. */
+static int peer_pidfd(struct wsd_chan *ch)
+{
+	if (ch->peer_pidfd == -1) {
+		int pid = 0, err;
+		socklen_t len = sizeof(pid);
+
+		ch->peer_pidfd = -2;
+		/* the pid its HELLO gave must be the one its credentials gave */
+		if (!wsd_spi()->lpWSPGetSockOpt(ch->ws, SOL_WSP, SO_WSP_PEER_PID, &pid, &len, &err) &&
+		    pid > 0 && (uint32_t)pid == ch->peer_pid) {
+			int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+
+			if (fd >= 0)
+				ch->peer_pidfd = fd;
+		}
+	}
+	return ch->peer_pidfd;
+}
+
+bool wsd_chan_box_held(struct wsd_chan *ch, int fd, const struct wsd_sock *s)
+{
+	struct sockaddr_storage a, b;
+	socklen_t la = sizeof(a), lb = sizeof(b), lp = sizeof(int), lc = sizeof(uint64_t);
+	struct wsd_stat_addr x, y;
+	uint64_t ns_theirs = 0, ns_ours = 0;
+	int pfd, d, proto = 0;
+	bool ok;
+
+	if (ch->path != PATH_SHM || fd < 0 || !s->tuple_known || wsd_fault("box-held", NULL))
+		return false;
+	pthread_mutex_lock(&ch->mu);
+	pfd = peer_pidfd(ch);
+	pthread_mutex_unlock(&ch->mu);
+	if (pfd < 0 || (d = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0)) < 0)
+		return false;
+	ok = !real.getsockopt(d, SOL_SOCKET, SO_PROTOCOL, &proto, &lp) && proto == IPPROTO_TCP &&
+	     !getsockname(d, (struct sockaddr *)&a, &la) && !getpeername(d, (struct sockaddr *)&b, &lb);
+	if (ok) {
+		to_addr(&a, &x);
+		to_addr(&b, &y);
+		ok = same(&x, &s->stat->peer) && same(&y, &s->stat->local);
+	}
+	/* the same addresses in another namespace are another connection */
+	ok = ok && !real.getsockopt(d, SOL_SOCKET, SO_NETNS_COOKIE, &ns_theirs, &lc) &&
+	     (lc = sizeof(ns_ours), !real.getsockopt(s->fd, SOL_SOCKET, SO_NETNS_COOKIE, &ns_ours,
+						     &lc)) &&
+	     ns_theirs == ns_ours;
+	real.close(d);
+	return ok;
 }

@@ -41,6 +41,12 @@ static int proof_write(struct wsd_sock *s)
 	return left ? -ETIMEDOUT : 0;
 }
 
+/* The listening side, whose peer's proof is waived: it saw the peer's socket (WSD_OPENED_HELD). */
+static bool waived(const struct wsd_sock *s)
+{
+	return !s->connected_side && s->sess->proof_waived;
+}
+
 /*
  * tx_lock held, our SWITCH and whatever goes before the proof written: the
  * proof, and the ring from now on.  false: the stream took no proof (the
@@ -48,14 +54,17 @@ static int proof_write(struct wsd_sock *s)
  */
 static bool to_ring(struct wsd_sock *s)
 {
-	bool was;
+	bool was, waived = s->connected_side && s->sess->proof_waived;
 
-	if (proof_write(s)) {
+	if (!waived && proof_write(s)) {
 		broken(s, -ECONNRESET);
 		return false;
 	}
 	bells_tx_base(s);
 	s->tx_mode = DIR_RING;
+	/* no proof to wake a peer asleep on its stream: a bell, if it armed */
+	if (waived)
+		ring_data(s);
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
 	s->accel = true;
@@ -91,9 +100,13 @@ bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent)
 	 * waits for that proof: its ring's peer could be anyone who named
 	 * this connection's 4-tuple.
 	 */
+	/*
+	 * A peer whose socket we saw (proof_waived) reads its ring before its
+	 * stream from its answer on: it does not wait for its rx_ready to show.
+	 */
 	if (!ss || s->tx_shut || s->detached || s->tx_back ||
 	    (!s->connected_side && !atomic_load(&s->proven)) ||
-	    !ctl_get(ss, CW_RX_READY))
+	    !(waived(s) || ctl_get(ss, CW_RX_READY)))
 		return false;
 	n = s->tcp_tx;
 	if (write_record(s, REC_SWITCH, NULL, sizeof(n), &n))
@@ -246,12 +259,26 @@ static void proof_fail(struct wsd_sock *s, const char *why, bool tx_locked)
  * proof that waits PROOF_MS for the rest is a failure (the peer writes all
  * of it at once).
  */
+/* rx_lock held, rx at the peer's switch point: from here the ring, the stream's bytes bells. */
+static void rx_to_ring(struct wsd_sock *s)
+{
+	atomic_store(&s->proven, true);
+	pthread_mutex_lock(&s->mu);
+	bells_base(s);
+	s->rx_mode = DIR_RING;
+	pthread_mutex_unlock(&s->mu);
+}
+
 void proof_read(struct wsd_sock *s, bool tx_locked)
 {
 	struct wsd_session *ss = s->sess;
 	uint8_t b[WSD_NONCE];
 	ssize_t n;
 
+	if (s->rx_mode == DIR_PROOF && waived(s)) {
+		rx_to_ring(s);
+		return;
+	}
 	while (s->rx_mode == DIR_PROOF) {
 		n = real.recv(s->fd, b, WSD_NONCE - s->proof_got, MSG_DONTWAIT | MSG_PEEK);
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -280,11 +307,7 @@ void proof_read(struct wsd_sock *s, bool tx_locked)
 			s->proof_since = wsd_now_ms();
 		s->proof_got = (uint8_t)(s->proof_got + n);
 		if (s->proof_got == WSD_NONCE) {
-			atomic_store(&s->proven, true);
-			pthread_mutex_lock(&s->mu);
-			bells_base(s);
-			s->rx_mode = DIR_RING;
-			pthread_mutex_unlock(&s->mu);
+			rx_to_ring(s);
 			wsd_debug("switch: fd %d: the peer proved the connection", s->fd);
 		}
 	}
@@ -303,13 +326,13 @@ size_t proof_in_read(struct wsd_sock *s, const struct cursor *c, size_t left, si
 	struct wsd_session *ss = s->sess;
 	struct cursor k = *c;
 	uint8_t b[WSD_NONCE];
-	size_t m = n - left;
+	size_t m = waived(s) ? 0 : n - left;   /* no proof: bells from the switch point */
 
 	if (m > WSD_NONCE)
 		m = WSD_NONCE;
 	cur_skip(&k, left);
 	cur_copy_from(&k, b, m);
-	if (memcmp(b, ss->nonce, m)) {
+	if (m && memcmp(b, ss->nonce, m)) {
 		proof_fail(s, "the stream does not carry our challenge", false);
 		return s->rx_mode == DIR_TCP && !s->tcp_err ? n : left;
 	}
@@ -318,7 +341,7 @@ size_t proof_in_read(struct wsd_sock *s, const struct cursor *c, size_t left, si
 	s->rx_mode = DIR_PROOF;
 	s->proof_got = (uint8_t)m;
 	s->proof_since = wsd_now_ms();
-	if (m == WSD_NONCE) {
+	if (m == WSD_NONCE || waived(s)) {
 		uint64_t ann;
 		const char *why = NULL;
 

@@ -39,6 +39,9 @@ struct wsd_session {
 	bool peer_known;             /* we know the peer's slot (and write it: SHUT at the end) */
 	bool slot_known;             /* the peer knows ours (and may write it) */
 	bool granted;                /* made ahead for the mailbox: the peer may send before its proof */
+	/* the connecting side's proof is not written (OPENED with WSD_OPENED_HELD):
+	 * its switch point is where its ring's records start, on both sides */
+	bool proof_waived;
 	/* a mapped ring's pages (tx_lock): when a record last went to a new
 	 * page past the first, 0 when none did since the last give-back
 	 * (wsd-protocol(7), "Pages on demand") */

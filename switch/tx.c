@@ -481,6 +481,16 @@ static ssize_t send_prov(struct wsd_sock *s, struct cursor *c)
 		uint64_t n = s->tcp_tx;
 
 		s->prov_k0 = kernel_written(s->fd, true);
+		/*
+		 * The kernel counts our SYN: anything more was written behind
+		 * our back, and a peer that saw our socket reads our ring from
+		 * its answer on (WSD_OPENED_HELD): the connection fails here,
+		 * before these bytes could be read ahead of those.
+		 */
+		if (s->prov_k0 > 1 + (int64_t)n) {
+			stream_reset(s, R_BYPASS);
+			return -ECONNRESET;
+		}
 		if (record_on(s, ss, REC_SWITCH, NULL, sizeof(n), &n))
 			return -EXDEV;
 		s->tx_mode = DIR_PROV;
@@ -569,8 +579,11 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 			n = epipe(flags);
 		}
 	} else if (s->tx_mode == DIR_RING || tx_switch_with(s, &c, &first)) {
-		if (first)
-			ring_data(s);   /* for a receiver that armed before our proof */
+		/*
+		 * No bell for a receiver that armed before our proof: the proof
+		 * wakes it, to the record written ahead of it.  Its arm stands
+		 * unrung, so our next record rings it (wsd-protocol(7), Doorbells).
+		 */
 		n = cur_left(&c) || !first ? send_ring(s, &c, flags, nonblock) : 0;
 		if (n >= 0)
 			n += (ssize_t)first;

@@ -79,6 +79,10 @@ int wsd_wire_chmsg_check(const struct wsd_chmsg *m, const char **why)
 		return bad(why, "channel: another version");
 	if (!all_zero(m->pad, sizeof(m->pad)))
 		return bad(why, "channel: pad set");
+	if (h->kind == MSG_OPEN ? m->fd < -1 || m->flags : m->fd != 0)
+		return bad(why, "channel: fd or flags out of place");
+	if (m->flags & ~(h->kind == MSG_OPENED ? WSD_OPENED_HELD : 0u))
+		return bad(why, "channel: unknown flags");
 	switch (h->kind) {
 	case MSG_OPEN:
 		r = wsd_wire_tuple_check(&m->t, sizeof(m->t), &t, why);

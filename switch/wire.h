@@ -25,7 +25,7 @@
 #include "switch/stat.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 8u
+#define WSD_PROTO_VERSION 9u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
 #define WSD_NONCE         16u           /* bytes of a handshake's challenge */
 
@@ -196,9 +196,23 @@ struct wsd_chmsg {
 	struct wsd_hello h;
 	uint64_t req;
 	struct wsd_tuple t;
-	uint8_t pad[12];
+	/*
+	 * OPEN posted in a mailbox: the opener's descriptor of the TCP
+	 * connection, which the answerer may take a copy of to see that the
+	 * opener holds it (-1: not offered; 0 in any other message).
+	 */
+	int32_t fd;
+	uint32_t flags;              /* OPENED: WSD_OPENED_HELD or 0; 0 otherwise */
+	uint8_t pad[4];
 };
 _Static_assert(sizeof(struct wsd_chmsg) == 160, "channel messages are 160 bytes");
+
+/*
+ * OPENED: the answerer saw the connection's socket in the opener's hands
+ * (its fd, on shm): the opener writes no proof on the stream (wsd-protocol(7),
+ * "Proof"), and its first bytes are the connection's from this answer on.
+ */
+#define WSD_OPENED_HELD 1u
 
 /* ---- the checks ---------------------------------------------------------------- */
 

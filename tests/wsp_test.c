@@ -282,6 +282,16 @@ START_TEST(send_recv_and_options)
 	ck_assert_int_eq(WSPIoctl(p.s, SIO_WSP_TRANSPORT, NULL, 0, name, sizeof(name), &n, NULL,
 				  NULL, NULL, &err), 0);
 	ck_assert_str_eq(name, t_transport());
+	/* the peer's process as the kernel named it: shm knows it, verbs cannot */
+	len = sizeof(v);
+	if (!strcmp(t_transport(), "shm")) {
+		ck_assert_int_eq(WSPGetSockOpt(p.s, SOL_WSP, SO_WSP_PEER_PID, &v, &len, &err), 0);
+		ck_assert_int_eq(v, p.peer);
+	} else {
+		ck_assert_int_eq(WSPGetSockOpt(p.s, SOL_WSP, SO_WSP_PEER_PID, &v, &len, &err),
+				 SOCKET_ERROR);
+		ck_assert_int_eq(err, WSAENOPROTOOPT);
+	}
 	sync_fd(p.oob_in, p.oob_out);
 	ck_assert_int_eq(spi_finish(&p), 0);
 }

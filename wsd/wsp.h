@@ -116,6 +116,11 @@ typedef void (*LPWSAOVERLAPPED_COMPLETION_ROUTINE)(uint32_t error, uint32_t byte
  * process must hold a TCP listener on the dialled port (shm; verbs ignores).
  */
 #define SO_WSP_TCP_LISTENER     0x7100
+/*
+ * Connected socket, read-only: the peer's process id as the kernel gave it
+ * when the connection was made (shm); verbs cannot know it (WSAENOPROTOOPT).
+ */
+#define SO_WSP_PEER_PID         0x7101
 
 #define SD_RECEIVE 0
 #define SD_SEND    1

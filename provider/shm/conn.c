@@ -227,6 +227,7 @@ static nd_status conn_go_live(struct nd_ep *ep, struct shm_conn *c, const struct
 	c->pidfd = wsd_fault("shm-pidfd", NULL) ? -1 : (int)syscall(SYS_pidfd_open, c->peer_pid, 0);
 	if (c->pidfd < 0)
 		return ND_CONNECTION_ABORTED;
+	ep->peer_pid = (uint32_t)c->peer_pid;
 	c->peer_read_limit = m->read_limit;
 	c->fast_bell = (m->features & shm_features() & SHM_FEAT_MEMBARRIER) != 0;
 	ep->peer_len = m->plen;

@@ -405,6 +405,13 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 	case SO_WSP_TCP_LISTENER:
 		v = s->tcp_listener;
 		break;
+	case SO_WSP_PEER_PID:
+		pthread_mutex_lock(&s->pv->lock);
+		v = s->state == S_CONNECTED && s->ep ? (int)s->ep->peer_pid : 0;
+		pthread_mutex_unlock(&s->pv->lock);
+		if (v <= 0)
+			return fail_with(s, WSAENOPROTOOPT, err);
+		break;
 	default:
 		return fail_with(s, WSAENOPROTOOPT, err);
 	}
