@@ -325,13 +325,67 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 	}
 }
 
+/*
+ * A HELLO that names no connection: a channel made ahead, for the peer's
+ * later connections (probe.c on its side).  On shm only, where the kernel
+ * named the peer's process and the transport checked it may write our
+ * memory, and one per peer process; its session ends at once (both sides
+ * SHUT each other's slot).
+ */
+#define AHEAD_MAX 4
+
+static void take_channel(SOCKET ws, const struct wsd_hello *h)
+{
+	struct wsd_hello a = { 0 };
+	struct wsd_session *ss;
+	struct wsd_chan *ch;
+	socklen_t len = sizeof(int);
+	int pid = 0, err;
+
+	if (path_of(ws) != PATH_SHM ||
+	    procs.lpWSPGetSockOpt(ws, SOL_WSP, SO_WSP_PEER_PID, &pid, &len, &err) ||
+	    (uint32_t)pid != h->pid) {
+		refuse(ws, R_UNSUPPORTED);
+		return;
+	}
+	/* one a port it listens on, say: a few, not as many as it likes */
+	if (wsd_chan_with(h->pid) >= AHEAD_MAX) {
+		refuse(ws, R_BUSY);
+		return;
+	}
+	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes())) {
+		refuse(ws, R_RESOURCES);
+		return;
+	}
+	if (!(ch = wsd_chan_new(ws, PATH_SHM, false, NULL))) {
+		refuse(ws, R_PROVIDER);
+		return;
+	}
+	ss = wsd_session_new(ch);
+	if (ss) {
+		wsd_session_peer(ss, h);
+		wsd_session_hello(ss, &a, MSG_ACCEPT);
+	}
+	if (!ss || send_msg(ws, &a)) {
+		wsd_session_free(ss);
+		wsd_chan_put(ch);   /* closes ws */
+		wsd_stat_refused(R_PROVIDER);
+		return;
+	}
+	wsd_session_known(ss);
+	wsd_chan_start(ch, h->pid);
+	wsd_chan_put(ch);   /* its receive holds it */
+	wsd_session_free(ss);
+	wsd_debug("switch: channel %u made ahead by process %u", wsd_chan_id(ch), h->pid);
+}
+
 static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 {
 	struct wsd_hello h;
 	const char *why;
 	int e;
 
-	if (recv_msg(&ws, &h, ANSWER_MS) || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
+	if (recv_msg(&ws, &h, ANSWER_MS, NULL) || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
 		if (ws != INVALID_SOCKET)
 			drop(ws);
 		else
@@ -343,6 +397,10 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 	if (e || t->version != WSD_PROTO_VERSION) {
 		wsd_debug("switch: a HELLO refused: %s", e ? why : "tuple: another version");
 		refuse(ws, R_PROTOCOL);
+		return;
+	}
+	if (!t->client.family) {
+		take_channel(ws, &h);
 		return;
 	}
 	take_request(&(struct request){ .ws = ws, .ch = NULL, .h = &h }, t);

@@ -57,6 +57,17 @@ uint32_t wsd_chan_id(const struct wsd_chan *ch)
 	return ch->id;
 }
 
+int wsd_chan_with(uint32_t pid)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&wsd_chan_tab_lock);
+	for (struct wsd_chan *ch = wsd_chans; ch; ch = ch->next)
+		n += ch->peer_pid == pid && !atomic_load(&ch->dead) && ch->owner == getpid();
+	pthread_mutex_unlock(&wsd_chan_tab_lock);
+	return n;
+}
+
 uint32_t wsd_chan_peer_pid(const struct wsd_chan *ch)
 {
 	return ch->peer_pid;

@@ -66,6 +66,8 @@ uint32_t wsd_chan_id(const struct wsd_chan *ch);
 void wsd_chan_mem_inodes(struct wsd_chan *ch, uint64_t ino[2]);
 /* The peer process's pid when the transport told it (shm), else 0. */
 uint32_t wsd_chan_peer_pid(const struct wsd_chan *ch);
+/* Our live channels to process pid. */
+int wsd_chan_with(uint32_t pid);
 /*
  * shm, the listening side: the poster of an OPEN in our mailbox holds the
  * other end of s's TCP connection as its descriptor fd.  A copy taken of

@@ -25,7 +25,8 @@
 
 /* ---- the connecting side ---------------------------------------------------------- */
 
-struct job { struct job *next; struct wsd_sock *s; };
+/* A connection to upgrade (s), or a channel to make ahead (s NULL, probe). */
+struct job { struct job *next; struct wsd_sock *s; struct probe_job probe; };
 
 static struct job *jobs, **jobs_tail = &jobs;
 static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
@@ -64,7 +65,7 @@ static void fail(struct wsd_sock *s, enum wsd_reason why)
  * address when the peer's is one (mapped or not), else as IPv6, the scope
  * of a link-local address included.  Returns the length.
  */
-static socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to)
+socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to)
 {
 	const struct wsd_stat_addr *p = &s->stat->peer;
 
@@ -508,20 +509,83 @@ static bool client_open_now(struct wsd_sock *s, bool at_connect)
 	return true;
 }
 
-/* A new channel: a new SPI connection to the peer's registry, HELLO and ACCEPT. */
-static void client_upgrade(struct wsd_sock *s)
+/*
+ * A new channel to the registry at to (the channel's key: key): a new SPI
+ * connection, HELLO (for the connection t names, or for none: its client
+ * zero) and ACCEPT, the answer waited for until *gone (the connection's
+ * last fd closed: the peer, which no longer has it, answers only when its
+ * wait for the accept ends).  The session its handshake made, or NULL and
+ * *why.
+ */
+static struct wsd_session *new_channel(const struct sockaddr_storage *to, socklen_t tolen,
+				       const struct wsd_stat_addr *key, struct wsd_tuple *t,
+				       const _Atomic bool *gone, enum wsd_reason *why)
 {
-	struct sockaddr_storage to;
-	socklen_t tolen;
 	struct wsd_session *ss;
 	struct wsd_chan *ch;
 	struct wsd_hello h = { 0 }, a;
-	struct wsd_tuple t;
-	WSABUF caller = { sizeof(t), (char *)&t };
-	const char *why;
+	WSABUF caller = { sizeof(*t), (char *)t };
+	const char *bad;
 	SOCKET ws;
 	int err, e;
 	long ms;
+
+	*why = R_PROVIDER;
+	ws = procs.lpWSPSocket(to->ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	if (ws == INVALID_SOCKET)
+		return NULL;
+	/* only the process that holds the TCP listener may take this over (shm) */
+	if (procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_TCP_LISTENER, &(int){ 1 }, sizeof(int),
+				  &err) ||
+	    procs.lpWSPConnect(ws, (const struct sockaddr *)to, tolen, &caller, NULL, NULL,
+			       NULL, &err)) {
+		procs.lpWSPCloseSocket(ws, &err);
+		*why = err == WSAEACCES ? R_ACCESS : R_PEER_PLAIN;
+		return NULL;
+	}
+	ch = wsd_chan_new(ws, path_of(ws), true, key);
+	if (!ch) {
+		procs.lpWSPCloseSocket(ws, &err);
+		return NULL;
+	}
+	ss = wsd_session_new(ch);
+	wsd_chan_put(ch);   /* the session's now, or closed */
+	if (!ss)
+		return NULL;
+	wsd_session_hello(ss, &h, MSG_HELLO);
+	if (wsd_fault("hello-delay", &ms))
+		usleep((useconds_t)ms * 1000);
+	if (send_msg(ws, &h) || recv_msg(&ws, &a, ANSWER_MS, gone)) {
+		if (ws == INVALID_SOCKET)
+			wsd_chan_lost_socket(ch);
+		wsd_session_free(ss);
+		*why = R_NO_MATCH;
+		return NULL;
+	}
+	e = wsd_wire_hello_check(&a, MSG_ACCEPT, &bad);
+	if (e || a.kind != MSG_ACCEPT) {
+		wsd_session_free(ss);
+		if (e)
+			wsd_debug("switch: the peer's answer: %s", bad);
+		/* a well-formed REFUSE gives the peer's reason, anything else protocol */
+		*why = !e && a.reason < R_NREASONS ? (enum wsd_reason)a.reason : R_PROTOCOL;
+		return NULL;
+	}
+	wsd_session_peer(ss, &a);
+	wsd_session_known(ss);
+	wsd_chan_start(ch, a.pid);
+	return ss;
+}
+
+/* A new channel for s's connection. */
+static void client_upgrade(struct wsd_sock *s)
+{
+	struct sockaddr_storage to;
+	struct wsd_session *ss;
+	struct wsd_chan *ch;
+	struct wsd_tuple t;
+	enum wsd_reason why;
+	socklen_t tolen;
 
 	if (!client_tuple(s, &t))
 		return;
@@ -534,49 +598,40 @@ static void client_upgrade(struct wsd_sock *s)
 	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes()))
 		return fail(s, R_RESOURCES);
 	tolen = peer_addr(s, &to);
-	ws = procs.lpWSPSocket(to.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
-	if (ws == INVALID_SOCKET)
-		return fail(s, R_PROVIDER);
-	/* only the process that holds the TCP listener may take this over (shm) */
-	if (procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_TCP_LISTENER, &(int){ 1 }, sizeof(int),
-				  &err) ||
-	    procs.lpWSPConnect(ws, (struct sockaddr *)&to, tolen, &caller, NULL, NULL,
-			       NULL, &err)) {
-		procs.lpWSPCloseSocket(ws, &err);
-		return fail(s, err == WSAEACCES ? R_ACCESS : R_PEER_PLAIN);
-	}
-	ch = wsd_chan_new(ws, path_of(ws), true, &s->stat->peer);
-	if (!ch) {
-		procs.lpWSPCloseSocket(ws, &err);
-		return fail(s, R_PROVIDER);
-	}
-	ss = wsd_session_new(ch);
-	wsd_chan_put(ch);   /* the session's now, or closed */
-	if (!ss)
-		return fail(s, R_PROVIDER);
-	wsd_session_hello(ss, &h, MSG_HELLO);
-	if (wsd_fault("hello-delay", &ms))
-		usleep((useconds_t)ms * 1000);
-	if (send_msg(ws, &h) || recv_msg(&ws, &a, ANSWER_MS)) {
-		if (ws == INVALID_SOCKET)
-			wsd_chan_lost_socket(ch);
-		wsd_session_free(ss);
-		return fail(s, R_NO_MATCH);
-	}
-	e = wsd_wire_hello_check(&a, MSG_ACCEPT, &why);
-	if (e || a.kind != MSG_ACCEPT) {
-		wsd_session_free(ss);
-		if (e)
-			wsd_debug("switch: fd %d: the peer's answer: %s", s->fd, why);
-		/* a well-formed REFUSE gives the peer's reason, anything else protocol */
-		return fail(s, !e && a.reason < R_NREASONS ? (enum wsd_reason)a.reason : R_PROTOCOL);
-	}
-	wsd_session_peer(ss, &a);
-	wsd_session_known(ss);
-	wsd_chan_start(ch, a.pid);
+	if (!(ss = new_channel(&to, tolen, &s->stat->peer, &t, &s->closed, &why)))
+		return fail(s, why);
 	wsd_session_attach(s, ss);
 	wsd_debug("switch: fd %d upgraded at %lld ms, channel %u", s->fd, (long long)wsd_now_ms(),
-		  wsd_chan_id(ch));
+		  wsd_chan_id(ss->ch));
+}
+
+/*
+ * A channel and nothing else (probe.c): its HELLO names no connection, and
+ * the session its handshake made is ended at once.  true when made.
+ */
+static bool client_channel(const struct probe_job *p)
+{
+	struct wsd_tuple t = { .magic = WSD_TUPLE_MAGIC, .version = WSD_PROTO_VERSION,
+			       .server = p->key };
+	struct wsd_session *ss;
+	struct wsd_chan *ch;
+	enum wsd_reason why;
+
+	if ((ch = wsd_chan_find(&p->key))) {
+		wsd_chan_put(ch);
+		return true;
+	}
+	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes())) {
+		wsd_debug("switch: no channel made ahead: %s", wsd_reason_name(R_RESOURCES));
+		return false;
+	}
+	if (!(ss = new_channel(&p->to, p->tolen, &p->key, &t, NULL, &why))) {
+		wsd_debug("switch: no channel made ahead: %s", wsd_reason_name(why));
+		return false;
+	}
+	wsd_debug("switch: channel %u made ahead", wsd_chan_id(ss->ch));
+	wsd_session_free(ss);
+	return true;
 }
 
 static void *worker(void *arg)
@@ -596,6 +651,11 @@ static void *worker(void *arg)
 		if (!jobs)
 			jobs_tail = &jobs;
 		pthread_mutex_unlock(&up_lock);
+		if (!j->s) {
+			probe_done(&j->probe, client_channel(&j->probe));
+			free(j);
+			continue;
+		}
 		atomic_store(&j->s->upgrade_state, UP_RUNNING);
 		client_upgrade(j->s);
 		wsd_sock_put(j->s);
@@ -717,6 +777,27 @@ static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 	jobs_tail = &j->next;
 	pthread_cond_signal(&jobs_cv);
 	pthread_mutex_unlock(&up_lock);
+}
+
+/* A channel to make ahead, for the worker (probe.c decided). false: not queued. */
+bool probe_queue(const struct probe_job *p)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return false;
+	j->probe = *p;
+	pthread_mutex_lock(&up_lock);
+	if (!start_worker()) {
+		pthread_mutex_unlock(&up_lock);
+		free(j);
+		return false;
+	}
+	*jobs_tail = j;
+	jobs_tail = &j->next;
+	pthread_cond_signal(&jobs_cv);
+	pthread_mutex_unlock(&up_lock);
+	return true;
 }
 
 /* fork, in the child: no worker, no requests of ours in flight. */

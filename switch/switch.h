@@ -478,6 +478,8 @@ void wsd_upgrade_accepted(struct wsd_sock *s);
 void wsd_upgrade_maybe(struct wsd_sock *s);
 /* ...and as connect() returns: with a channel to the peer, asked for by mailbox or not yet. */
 void wsd_upgrade_connected(struct wsd_sock *s);
+/* The last fd of a connected socket goes: a channel to its peer made ahead, maybe (probe.c). */
+void wsd_upgrade_closing(struct wsd_sock *s);
 /* An accepted connection: its peer's OPEN, if posted in our mailbox, answered now. */
 void wsd_upgrade_box(struct wsd_sock *s);
 /* ...and the first receive's look, which waits for it a little when peers post OPENs. */

@@ -192,7 +192,7 @@ int send_msg(SOCKET ws, struct wsd_hello *h)
  * overlapped: the socket is closed then, which ends the request before we
  * return, and *ws becomes INVALID_SOCKET (the caller closes nothing).
  */
-int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms)
+int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone)
 {
 	SOCKET ws = *wsp;
 	WSABUF b = { sizeof(*h), (char *)h };
@@ -207,7 +207,7 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms)
 	if (err != WSA_IO_PENDING)
 		return -1;
 	while (!procs.lpWSPGetOverlappedResult(ws, &ov, &n, 0, &fl, &err)) {
-		if (err != WSA_IO_INCOMPLETE || wsd_now_ms() > end) {
+		if (err != WSA_IO_INCOMPLETE || wsd_now_ms() > end || (gone && atomic_load(gone))) {
 			procs.lpWSPCloseSocket(ws, &err);   /* aborts the request */
 			*wsp = INVALID_SOCKET;
 			return -1;
@@ -296,6 +296,7 @@ void wsd_upgrade_atfork_child(void)
 	spi_failed = false;
 	accept_atfork_child();
 	connect_atfork_child();
+	probe_atfork_child();
 	wsd_chan_atfork_child();
 	wsd_fd_each(mark_child, NULL);
 }

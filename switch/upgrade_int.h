@@ -55,7 +55,8 @@ void to_addr(const struct sockaddr_storage *ss, struct wsd_stat_addr *a);
 int learn_tuple(struct wsd_sock *s);
 bool same(const struct wsd_stat_addr *a, const struct wsd_stat_addr *b);
 int send_msg(SOCKET ws, struct wsd_hello *h);
-int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms);
+/* ...waiting ms at most, and no longer once *gone (when not NULL) is true. */
+int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone);
 enum wsd_path path_of(SOCKET ws);
 void refuse(SOCKET ws, enum wsd_reason why);
 void decline(struct wsd_chan *ch, uint64_t req, enum wsd_reason why);
@@ -64,6 +65,22 @@ struct wsd_chmsg decline_msg(uint64_t req, enum wsd_reason why);
 void drop(SOCKET ws);
 /* Urgent data waits on the socket: no handover count could be right. */
 bool urgent_seen(const struct wsd_sock *s);
+
+/*
+ * A channel to make ahead (probe.c): a short connection to a process on
+ * this host ended before it upgraded, and later ones would go by channel
+ * from their first byte.  to: the peer's registry; key: its address.
+ */
+struct probe_job {
+	struct sockaddr_storage to;
+	socklen_t tolen;
+	struct wsd_stat_addr key;
+};
+bool probe_queue(const struct probe_job *p);            /* connect.c: the worker's */
+/* The registry of s's peer: its address and port (an IPv4 one as IPv4). */
+socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to);
+void probe_done(const struct probe_job *p, bool made);  /* the worker's verdict */
+void probe_atfork_child(void);
 
 void accept_chan_dead(struct wsd_chan *ch);
 void accept_atfork_child(void);

@@ -88,6 +88,8 @@ int wsd_wire_chmsg_check(const struct wsd_chmsg *m, const char **why)
 		r = wsd_wire_tuple_check(&m->t, sizeof(m->t), &t, why);
 		if (r)
 			return -EPROTO;
+		if (!t.client.family)
+			return bad(why, "channel: OPEN naming no connection");
 		return wsd_wire_hello_check(h, MSG_OPEN, why);
 	case MSG_OPENED:
 		if (!all_zero((const uint8_t *)&m->t, sizeof(m->t)))
@@ -146,7 +148,9 @@ int wsd_wire_tuple_check(const void *data, uint32_t len, struct wsd_tuple *t, co
 	}
 	if (t->pad)
 		return bad(why, "tuple: pad");
-	r = addr_check(&t->client, why);
+	/* no client at all: a HELLO for a channel alone (wsd-protocol(7), Channels) */
+	r = all_zero((const uint8_t *)&t->client, sizeof(t->client)) ? 0 :
+	    addr_check(&t->client, why);
 	return r ? r : addr_check(&t->server, why);
 }
 

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Channels made ahead (wsd-protocol(7), "Channels", "A channel made
+ * ahead").  A connection upgrades only once it has carried some traffic
+ * (WSD_UPGRADE_BYTES, WSD_UPGRADE_US), so a program that only ever makes
+ * short connections to a peer would never get a channel, and none of
+ * their bytes would go by it.  When such a connection to a process on this
+ * host closes before it upgraded, the worker (connect.c) makes a channel to
+ * its peer with a HELLO that names no connection; later connections to
+ * that peer then go by channel from their first byte.  A peer that refuses
+ * (plain, or not on shm) is not asked again for PROBE_BACKOFF_MS, so a
+ * plain peer costs one registry connection attempt now and then, and never
+ * one on a connection's way.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <string.h>
+
+#include "provider/internal.h"
+#include "switch/upgrade_int.h"
+
+#define PROBE_BACKOFF_MS 30000
+#define PROBE_PEERS 32
+
+/* Peers asked (or being asked) lately: a small table, the oldest entry reused. */
+static struct probe_peer {
+	struct wsd_stat_addr key;
+	int64_t until_ms;            /* not asked again before then */
+	bool busy;                   /* a job for it is queued or running */
+} peers[PROBE_PEERS];
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* probe_lock held: key's entry, or a free (or the oldest) one taken for it. */
+static struct probe_peer *entry(const struct wsd_stat_addr *key, bool take)
+{
+	struct probe_peer *old = &peers[0];
+
+	for (int i = 0; i < PROBE_PEERS; i++) {
+		if (peers[i].key.family && same(&peers[i].key, key))
+			return &peers[i];
+		if (!peers[i].busy && peers[i].until_ms < old->until_ms)
+			old = &peers[i];
+	}
+	if (!take || old->busy)
+		return NULL;
+	memset(old, 0, sizeof(*old));
+	old->key = *key;
+	return old;
+}
+
+/* An address of this host as seen from s: loopback, or s's own. */
+static bool on_this_host(const struct wsd_sock *s)
+{
+	const struct wsd_stat_addr *p = &s->stat->peer, *l = &s->stat->local;
+	static const uint8_t v6_loop[16] = { [15] = 1 };
+
+	if (p->family == AF_INET && p->addr[0] == 127)
+		return true;
+	if (p->family == AF_INET6 && !memcmp(p->addr, v6_loop, 16))
+		return true;
+	return p->family == l->family && !memcmp(p->addr, l->addr, 16);
+}
+
+void wsd_upgrade_closing(struct wsd_sock *s)
+{
+	const struct wsd_switch_params *pr = wsd_switch_params();
+	struct probe_job j;
+	struct probe_peer *e;
+	struct wsd_chan *ch;
+	int64_t now;
+	int st;
+
+	/* a short connection of ours that carried bytes and never asked */
+	st = atomic_load(&s->upgrade_state);
+	/* (one the worker has in hand fails as the socket goes: its wait ends) */
+	if (!s->connected_side || s->sess || s->no_upgrade || !pr->enabled || s->chan_known ||
+	    (st != UP_NONE && st != UP_QUEUED && st != UP_RUNNING) || s->tcp_tx + s->tcp_rx == 0)
+		return;
+	/* the address it dialled, as the channel's key (upgrade_maybe's) */
+	to_addr(&s->peer, &j.key);
+	if (!j.key.family)
+		return;
+	if ((ch = wsd_chan_find(&j.key))) {
+		wsd_chan_put(ch);
+		return;
+	}
+	now = wsd_now_ms();
+	pthread_mutex_lock(&probe_lock);
+	e = entry(&j.key, true);
+	if (!e || e->busy || e->until_ms > now) {
+		pthread_mutex_unlock(&probe_lock);
+		return;
+	}
+	e->busy = true;
+	pthread_mutex_unlock(&probe_lock);
+	/* another host's peer is asked by its connections' own upgrades (verbs) */
+	if (learn_tuple(s) || !same(&s->stat->peer, &j.key) || !on_this_host(s)) {
+		probe_done(&j, false);
+		return;
+	}
+	j.tolen = peer_addr(s, &j.to);
+	wsd_debug("switch: fd %d closes: a channel to its peer asked for ahead", s->fd);
+	if (!wsd_spi() || !probe_queue(&j))
+		probe_done(&j, false);
+}
+
+void probe_done(const struct probe_job *p, bool made)
+{
+	struct probe_peer *e;
+
+	pthread_mutex_lock(&probe_lock);
+	e = entry(&p->key, false);
+	if (e) {
+		e->busy = false;
+		/* made: asked again only if the channel ends and a short connection closes */
+		e->until_ms = made ? 0 : wsd_now_ms() + PROBE_BACKOFF_MS;
+	}
+	pthread_mutex_unlock(&probe_lock);
+}
+
+/* fork, in the child: no jobs of ours in flight. */
+void probe_atfork_child(void)
+{
+	pthread_mutex_init(&probe_lock, NULL);
+	for (int i = 0; i < PROBE_PEERS; i++)
+		peers[i].busy = false;
+}
