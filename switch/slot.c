@@ -41,6 +41,7 @@ struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 {
 	const struct wsd_switch_params *p = wsd_switch_params();
 	struct wsd_session *ss = calloc(1, sizeof(*ss));
+	uint8_t rnd[sizeof(ss->rx_key) + sizeof(ss->nonce)];
 
 	if (!ss)
 		return NULL;
@@ -53,11 +54,8 @@ struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 	/* staging for a mapped peer: a record's header and the words (see wsd_session_peer) */
 	ss->stage = (uint8_t *)ss->small;
 	ss->words = ss->small + 8;
-	if (getrandom(&ss->rx_key, sizeof(ss->rx_key), 0) != sizeof(ss->rx_key))
-		ss->rx_key = (uint64_t)(uintptr_t)ss ^ (uint64_t)time(NULL);
-	ss->rx_key |= 1;   /* a zeroed header never matches position 0 */
-	if (getrandom(ss->nonce, sizeof(ss->nonce), 0) != sizeof(ss->nonce) ||
-	    wsd_chan_slot_get(ch, &ss->slot)) {
+	/* the key and the challenge in one draw */
+	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd) || wsd_chan_slot_get(ch, &ss->slot)) {
 		free(ss);   /* a guessable challenge proves nothing */
 		return NULL;
 	}
@@ -67,6 +65,9 @@ struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 	memcpy(ss->rx_desc, ss->slot.desc, sizeof(ss->rx_desc));
 	ss->ctl = (struct wsd_ctl *)ss->region;
 	ss->ring = ss->region + CTL_SIZE;
+	memcpy(&ss->rx_key, rnd, sizeof(ss->rx_key));
+	ss->rx_key |= 1;   /* a zeroed header never matches position 0 */
+	memcpy(ss->nonce, rnd + sizeof(ss->rx_key), sizeof(ss->nonce));
 	ss->rxr = (struct wire_ring){ ss->ring, ss->ring_size, ss->rx_key };
 	wsd_chan_session_add(ch, ss);
 	return ss;
@@ -264,8 +265,11 @@ void became_accel(struct wsd_sock *s, bool was)
 		 * the first one's delayed ACK (40 ms).  getsockopt still answers
 		 * what the application set.
 		 */
-		if (!real.getsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &s->app_nodelay, &len) &&
-		    !real.setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)))
+		if (s->nodelay_known && s->app_nodelay)
+			s->nodelay_forced = true;   /* the program's own: nothing to ask or set */
+		else if ((s->nodelay_known ||
+			  !real.getsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &s->app_nodelay, &len)) &&
+			 !real.setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)))
 			s->nodelay_forced = true;
 		set_stat_path(s);
 		wsd_poll_sock_accelerated(s);

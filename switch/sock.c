@@ -39,6 +39,7 @@ static void track(int fd, int family, bool nonblock)
 	if (!s)
 		return;   /* no memory: the socket simply stays plain */
 	s->nonblock = nonblock;
+	s->nodelay_known = true;   /* a new socket's TCP_NODELAY is off */
 	wsd_fd_set(fd, s);
 	wsd_sock_put(s);
 	wsd_keep_stdio(fd);   /* nothing to move yet: it cannot fail */
@@ -109,6 +110,11 @@ static int accepted(int lfd, int fd, int flags)
 	if (fd < 0 || !(l = wsd_fd_get(lfd)))
 		return fd;
 	s = wsd_sock_new(fd, l->family);
+	if (s && l->nodelay_known) {
+		/* an accepted socket has its listener's TCP_NODELAY */
+		s->nodelay_known = true;
+		s->app_nodelay = l->app_nodelay;
+	}
 	wsd_sock_put(l);
 	if (s) {
 		s->nonblock = flags & SOCK_NONBLOCK;
@@ -480,6 +486,11 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 		r = 0;
 	} else {
 		r = real.setsockopt(fd, level, name, val, len);
+		/* what the kernel now holds, as it reads it back (non-zero: on) */
+		if (r == 0 && val && len >= sizeof(int) && !s->nodelay_forced) {
+			s->app_nodelay = *(const int *)val != 0;
+			s->nodelay_known = true;
+		}
 	}
 	wsd_sock_put(s);
 	return r;

@@ -208,7 +208,8 @@ struct wsd_sock {
 	bool sent_after_close;       /* the one send a closed peer's kernel would take */
 	bool kernel_fin;
 	bool nodelay_forced;         /* TCP_NODELAY set by us for the doorbells */
-	int app_nodelay;             /* what the application set (getsockopt answers it) */             /* both FINs went by ring: the stream was shut too */
+	int app_nodelay;             /* what the application set (getsockopt answers it) */
+	bool nodelay_known;          /* app_nodelay is the socket's, not yet read (made here, or set) */             /* both FINs went by ring: the stream was shut too */
 
 	/* blocking-wait bookkeeping (mu) */
 	int plain_waiters;           /* inside a real blocking recv before the switch */
