@@ -629,7 +629,8 @@ static bool client_channel(const struct probe_job *p)
 		wsd_debug("switch: no channel made ahead: %s", wsd_reason_name(why));
 		return false;
 	}
-	wsd_debug("switch: channel %u made ahead", wsd_chan_id(ss->ch));
+	wsd_debug("switch: channel %u made ahead at %lld ms", wsd_chan_id(ss->ch),
+		  (long long)wsd_now_ms());
 	wsd_session_free(ss);
 	return true;
 }

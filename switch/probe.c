@@ -99,7 +99,8 @@ void wsd_upgrade_closing(struct wsd_sock *s)
 		return;
 	}
 	j.tolen = peer_addr(s, &j.to);
-	wsd_debug("switch: fd %d closes: a channel to its peer asked for ahead", s->fd);
+	wsd_debug("switch: fd %d closes at %lld ms: a channel to its peer asked for ahead", s->fd,
+		  (long long)now);
 	if (!wsd_spi() || !probe_queue(&j))
 		probe_done(&j, false);
 }

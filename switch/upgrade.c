@@ -92,10 +92,14 @@ WSPPROC_TABLE *wsd_spi(void)
 		WSPUPCALLTABLE up = { sizeof(up), NULL };
 
 		procs.cbSize = sizeof(procs);
+		int64_t t0 = wsd_now_ms();
+
 		if (WSPStartup(WSP_VERSION, &d, &proto, &up, &procs) == 0)
 			__atomic_store_n(&spi_started, true, __ATOMIC_RELEASE);
 		else
 			spi_failed = true;
+		wsd_debug("switch: the provider started at %lld ms, in %lld ms",
+			  (long long)wsd_now_ms(), (long long)(wsd_now_ms() - t0));
 	}
 	pthread_mutex_unlock(&up_lock);
 	return spi_started ? &procs : NULL;

