@@ -344,8 +344,11 @@ struct bytes_seen {
 
 static void count_bytes(struct bytes_seen *b, int fd)
 {
+	struct sockaddr_storage me;
+	socklen_t mel = sizeof(me);
 	size_t room;
 	uint32_t hi;
+	uint16_t port;
 
 	if (!b->tried) {
 		char name[64];
@@ -374,11 +377,24 @@ static void count_bytes(struct bytes_seen *b, int fd)
 		return;
 	room = (b->len - offsetof(struct wsd_stat_file, slots)) / sizeof(b->f->slots[0]);
 	hi = atomic_load(&b->f->hiwater);
+	if (hi > room) {
+		/* the table grew past what we mapped: mapped again at the next call */
+		munmap((void *)b->f, b->len);
+		b->f = NULL;
+		b->tried = false;
+		return;
+	}
+	/* the slot of this connection: its fd and its local port (a number is reused) */
+	if (getsockname(fd, (struct sockaddr *)&me, &mel) || (me.ss_family != AF_INET &&
+							   me.ss_family != AF_INET6))
+		return;
+	port = ntohs(me.ss_family == AF_INET ? ((struct sockaddr_in *)&me)->sin_port :
+					       ((struct sockaddr_in6 *)&me)->sin6_port);
 	for (uint32_t i = 0; i < hi && i < b->f->nslots && i < room; i++) {
 		const struct wsd_stat_slot *sl = &b->f->slots[i];
 		unsigned long long fast, slow;
 
-		if (!sl->used || sl->fd != fd || sl->listening)
+		if (!sl->used || sl->fd != fd || sl->listening || sl->local.port != port)
 			continue;
 		fast = atomic_load_explicit(&sl->copy_tx, memory_order_relaxed) +
 		       atomic_load_explicit(&sl->copy_rx, memory_order_relaxed) +
