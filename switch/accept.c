@@ -329,8 +329,8 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
  * A HELLO that names no connection: a channel made ahead, for the peer's
  * later connections (probe.c on its side).  On shm only, where the kernel
  * named the peer's process and the transport checked it may write our
- * memory, and one per peer process; its session ends at once (both sides
- * SHUT each other's slot).
+ * memory, and AHEAD_MAX channels per peer process at most; its session
+ * ends at once (both sides SHUT each other's slot).
  */
 #define AHEAD_MAX 4
 
@@ -339,12 +339,8 @@ static void take_channel(SOCKET ws, const struct wsd_hello *h)
 	struct wsd_hello a = { 0 };
 	struct wsd_session *ss;
 	struct wsd_chan *ch;
-	socklen_t len = sizeof(int);
-	int pid = 0, err;
 
-	if (path_of(ws) != PATH_SHM ||
-	    procs.lpWSPGetSockOpt(ws, SOL_WSP, SO_WSP_PEER_PID, &pid, &len, &err) ||
-	    (uint32_t)pid != h->pid) {
+	if (path_of(ws) != PATH_SHM || !peer_pid_is(ws, h->pid)) {
 		refuse(ws, R_UNSUPPORTED);
 		return;
 	}

@@ -607,32 +607,36 @@ static void client_upgrade(struct wsd_sock *s)
 
 /*
  * A channel and nothing else (probe.c): its HELLO names no connection, and
- * the session its handshake made is ended at once.  true when made.
+ * the session its handshake made is ended at once.  R_NONE when made (or
+ * there already), else why not.
  */
-static bool client_channel(const struct probe_job *p)
+static enum wsd_reason client_channel(const struct probe_job *p)
 {
 	struct wsd_tuple t = { .magic = WSD_TUPLE_MAGIC, .version = WSD_PROTO_VERSION,
 			       .server = p->key };
-	struct wsd_session *ss;
+	struct wsd_session *ss = NULL;
 	struct wsd_chan *ch;
-	enum wsd_reason why;
+	enum wsd_reason why = R_NONE;
 
 	if ((ch = wsd_chan_find(&p->key))) {
 		wsd_chan_put(ch);
-		return true;
+		return R_NONE;
 	}
-	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes())) {
-		wsd_debug("switch: no channel made ahead: %s", wsd_reason_name(R_RESOURCES));
-		return false;
-	}
-	if (!(ss = new_channel(&p->to, p->tolen, &p->key, &t, NULL, &why))) {
+	/* the provider's start, here on the worker (the program's close never waits for it) */
+	if (!wsd_spi())
+		why = R_PROVIDER;
+	else if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes()))
+		why = R_RESOURCES;
+	else
+		ss = new_channel(&p->to, p->tolen, &p->key, &t, NULL, &why);
+	if (!ss) {
 		wsd_debug("switch: no channel made ahead: %s", wsd_reason_name(why));
-		return false;
+		return why;
 	}
 	wsd_debug("switch: channel %u made ahead at %lld ms", wsd_chan_id(ss->ch),
 		  (long long)wsd_now_ms());
 	wsd_session_free(ss);
-	return true;
+	return R_NONE;
 }
 
 static void *worker(void *arg)

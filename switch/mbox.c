@@ -406,14 +406,9 @@ bool wsd_chan_box_withdraw(struct wsd_chan *ch, int idx)
 static int peer_pidfd(struct wsd_chan *ch)
 {
 	if (ch->peer_pidfd == -1) {
-		int pid = 0, err;
-		socklen_t len = sizeof(pid);
-
 		ch->peer_pidfd = -2;
-		/* the pid its HELLO gave must be the one its credentials gave */
-		if (!wsd_spi()->lpWSPGetSockOpt(ch->ws, SOL_WSP, SO_WSP_PEER_PID, &pid, &len, &err) &&
-		    pid > 0 && (uint32_t)pid == ch->peer_pid) {
-			int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+		if (peer_pid_is(ch->ws, ch->peer_pid)) {
+			int fd = (int)syscall(SYS_pidfd_open, (pid_t)ch->peer_pid, 0);
 
 			if (fd >= 0)
 				ch->peer_pidfd = fd;

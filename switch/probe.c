@@ -10,7 +10,8 @@
  * that peer then go by channel from their first byte.  A peer that refuses
  * (plain, or not on shm) is not asked again for PROBE_BACKOFF_MS, so a
  * plain peer costs one registry connection attempt now and then, and never
- * one on a connection's way.
+ * one on a connection's way; one busy or slow to answer, after
+ * PROBE_RETRY_MS.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -20,6 +21,7 @@
 #include "switch/upgrade_int.h"
 
 #define PROBE_BACKOFF_MS 30000
+#define PROBE_RETRY_MS 1000
 #define PROBE_PEERS 32
 
 /* Peers asked (or being asked) lately: a small table, the oldest entry reused. */
@@ -95,18 +97,25 @@ void wsd_upgrade_closing(struct wsd_sock *s)
 	pthread_mutex_unlock(&probe_lock);
 	/* another host's peer is asked by its connections' own upgrades (verbs) */
 	if (learn_tuple(s) || !same(&s->stat->peer, &j.key) || !on_this_host(s)) {
-		probe_done(&j, false);
+		probe_done(&j, R_PEER_PLAIN);
 		return;
 	}
 	j.tolen = peer_addr(s, &j.to);
 	wsd_debug("switch: fd %d closes at %lld ms: a channel to its peer asked for ahead", s->fd,
 		  (long long)now);
-	if (!wsd_spi() || !probe_queue(&j))
-		probe_done(&j, false);
+	if (!probe_queue(&j))
+		probe_done(&j, R_PROVIDER);
 }
 
-void probe_done(const struct probe_job *p, bool made)
+void probe_done(const struct probe_job *p, enum wsd_reason why)
 {
+	/*
+	 * A peer that is not ours to join (plain, elsewhere, refusing, of
+	 * another version) waits out the long pause; one that was busy, slow
+	 * to answer, or short of room here is asked again soon.
+	 */
+	bool passing = why == R_BUSY || why == R_NO_MATCH || why == R_RESOURCES ||
+		       why == R_PROVIDER;
 	struct probe_peer *e;
 
 	pthread_mutex_lock(&probe_lock);
@@ -114,7 +123,8 @@ void probe_done(const struct probe_job *p, bool made)
 	if (e) {
 		e->busy = false;
 		/* made: asked again only if the channel ends and a short connection closes */
-		e->until_ms = made ? 0 : wsd_now_ms() + PROBE_BACKOFF_MS;
+		e->until_ms = why == R_NONE ? 0 :
+			      wsd_now_ms() + (passing ? PROBE_RETRY_MS : PROBE_BACKOFF_MS);
 	}
 	pthread_mutex_unlock(&probe_lock);
 }

@@ -54,16 +54,16 @@ static bool waived(const struct wsd_sock *s)
  */
 static bool to_ring(struct wsd_sock *s)
 {
-	bool was, waived = s->connected_side && s->sess->proof_waived;
+	bool was, no_proof = s->connected_side && s->sess->proof_waived;
 
-	if (!waived && proof_write(s)) {
+	if (!no_proof && proof_write(s)) {
 		broken(s, -ECONNRESET);
 		return false;
 	}
 	bells_tx_base(s);
 	s->tx_mode = DIR_RING;
 	/* no proof to wake a peer asleep on its stream: a bell, if it armed */
-	if (waived)
+	if (no_proof)
 		ring_data(s);
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
@@ -98,11 +98,9 @@ bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent)
 	 * The connecting side goes first: it dialled the peer's own address
 	 * (or its registry, which proved its process).  The listening side
 	 * waits for that proof: its ring's peer could be anyone who named
-	 * this connection's 4-tuple.
-	 */
-	/*
-	 * A peer whose socket we saw (proof_waived) reads its ring before its
-	 * stream from its answer on: it does not wait for its rx_ready to show.
+	 * this connection's 4-tuple.  A peer whose socket we saw (proof_waived)
+	 * reads its ring before its stream from its answer on: we do not wait
+	 * for its rx_ready to show.
 	 */
 	if (!ss || s->tx_shut || s->detached || s->tx_back ||
 	    (!s->connected_side && !atomic_load(&s->proven)) ||
@@ -252,13 +250,6 @@ static void proof_fail(struct wsd_sock *s, const char *why, bool tx_locked)
 	wsd_stat_refused(R_AUTH);
 }
 
-/*
- * rx_lock held, rx in PROOF: take the peer's proof from the stream without
- * waiting.  Bytes are looked at before they are taken, so that a mismatch
- * leaves them to the program; they are taken as they match.  Part of a
- * proof that waits PROOF_MS for the rest is a failure (the peer writes all
- * of it at once).
- */
 /* rx_lock held, rx at the peer's switch point: from here the ring, the stream's bytes bells. */
 static void rx_to_ring(struct wsd_sock *s)
 {
@@ -269,6 +260,13 @@ static void rx_to_ring(struct wsd_sock *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/*
+ * rx_lock held, rx in PROOF: take the peer's proof from the stream without
+ * waiting.  Bytes are looked at before they are taken, so that a mismatch
+ * leaves them to the program; they are taken as they match.  Part of a
+ * proof that waits PROOF_MS for the rest is a failure (the peer writes all
+ * of it at once).
+ */
 void proof_read(struct wsd_sock *s, bool tx_locked)
 {
 	struct wsd_session *ss = s->sess;

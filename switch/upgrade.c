@@ -221,6 +221,15 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone)
 	return n == sizeof(*h) && h->magic == WSD_PROTO_MAGIC ? 0 : -1;
 }
 
+bool peer_pid_is(SOCKET ws, uint32_t pid)
+{
+	socklen_t len = sizeof(int);
+	int got = 0, err;
+
+	return !procs.lpWSPGetSockOpt(ws, SOL_WSP, SO_WSP_PEER_PID, &got, &len, &err) && got > 0 &&
+	       (uint32_t)got == pid;
+}
+
 enum wsd_path path_of(SOCKET ws)
 {
 	char name[16] = "";

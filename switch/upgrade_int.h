@@ -58,6 +58,8 @@ int send_msg(SOCKET ws, struct wsd_hello *h);
 /* ...waiting ms at most, and no longer once *gone (when not NULL) is true. */
 int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone);
 enum wsd_path path_of(SOCKET ws);
+/* The process at ws's other end, as the kernel named it (shm), is pid (the one its HELLO gave). */
+bool peer_pid_is(SOCKET ws, uint32_t pid);
 void refuse(SOCKET ws, enum wsd_reason why);
 void decline(struct wsd_chan *ch, uint64_t req, enum wsd_reason why);
 /* The DECLINE of request req, for reason why (a message, or a mailbox entry's answer). */
@@ -79,7 +81,7 @@ struct probe_job {
 bool probe_queue(const struct probe_job *p);            /* connect.c: the worker's */
 /* The registry of s's peer: its address and port (an IPv4 one as IPv4). */
 socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to);
-void probe_done(const struct probe_job *p, bool made);  /* the worker's verdict */
+void probe_done(const struct probe_job *p, enum wsd_reason why);  /* the worker's: R_NONE made */
 void probe_atfork_child(void);
 
 void accept_chan_dead(struct wsd_chan *ch);
