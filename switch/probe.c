@@ -111,11 +111,11 @@ void probe_done(const struct probe_job *p, enum wsd_reason why)
 {
 	/*
 	 * A peer that is not ours to join (plain, elsewhere, refusing, of
-	 * another version) waits out the long pause; one that was busy, slow
-	 * to answer, or short of room here is asked again soon.
+	 * another version), or a provider of ours that failed, waits out the
+	 * long pause; one that was busy, slow to answer, or short of room here
+	 * is asked again soon.
 	 */
-	bool passing = why == R_BUSY || why == R_NO_MATCH || why == R_RESOURCES ||
-		       why == R_PROVIDER;
+	bool passing = why == R_BUSY || why == R_NO_MATCH || why == R_RESOURCES;
 	struct probe_peer *e;
 
 	pthread_mutex_lock(&probe_lock);

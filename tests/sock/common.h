@@ -147,6 +147,8 @@ void expect_zcopy(int fd);
  */
 const char *stat_now(void);
 void stat_bytes(const char *json, int fd, unsigned long long *tcp, unsigned long long *ring);
+/* A number of fd's object in wsd stat's JSON (json), or 0. */
+unsigned long long stat_field(const char *json, int fd, const char *name);
 
 /*
  * Wait until FIONREAD says n bytes are queued (5 s at most), then 5 ms

@@ -408,7 +408,7 @@ void expect_reason(int fd, const char *reason)
 }
 
 /* The value of "name": in wsd stat's JSON object of fd (out), or 0. */
-static unsigned long long stat_field(const char *out, int fd, const char *name)
+unsigned long long stat_field(const char *out, int fd, const char *name)
 {
 	char key[32], want[48];
 	const char *p, *end;
