@@ -100,7 +100,7 @@ void wsd_sock_closed(struct wsd_sock *s)
 		pthread_mutex_unlock(&s->rx_lock);
 	}
 	/* after a violation the kernel's close ends what protocol_fail shut */
-	if (!ss || s->detached || s->tx_back || faulted(ss))
+	if (!ss || s->detached || faulted(ss))
 		return;
 	if (real.getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, &len))
 		l = (struct linger){ 0 };
@@ -119,6 +119,14 @@ void wsd_sock_closed(struct wsd_sock *s)
 	pthread_mutex_lock(&s->mu);
 	drain(s);
 	pthread_mutex_unlock(&s->mu);
+	/*
+	 * Sends back on the stream: the kernel's close ends them.  Receives may
+	 * still come by ring (a downgrade the peer did not answer in time), and
+	 * the bells its sends rang are read above, or this close would be a
+	 * reset that the peer's next receive reports.
+	 */
+	if (s->tx_back)
+		return;
 	pthread_mutex_lock(&s->tx_lock);
 	if (!s->tx_shut && bells_tx_check(s)) {
 		pthread_mutex_unlock(&s->tx_lock);
