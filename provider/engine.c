@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "provider/engine.h"
 #include "provider/fault.h"
@@ -31,9 +32,52 @@ static void own_lock_give(void)
 	pthread_mutex_unlock(&own_lock);
 }
 
+/*
+ * Descriptors that give this process a name others find it by (a
+ * listener's registry socket): a fork child closes its copies, so the name
+ * is its parent's alone and is free once the parent closes it (a server
+ * that forks and exits hands its port to the child, which registers anew).
+ */
+static int *named_fds;
+static size_t named_n, named_cap;
+
+void wsd_fd_named(int fd, bool on)
+{
+	pthread_mutex_lock(&own_lock);
+	if (!on) {
+		for (size_t i = 0; i < named_n; i++)
+			if (named_fds[i] == fd) {
+				named_fds[i] = named_fds[--named_n];
+				break;
+			}
+	} else if (fd >= 0) {
+		if (named_n == named_cap) {
+			size_t cap = named_cap ? 2 * named_cap : 8;
+			int *p = realloc(named_fds, cap * sizeof(*p));
+
+			if (!p) {
+				pthread_mutex_unlock(&own_lock);
+				return;   /* the child keeps a copy: its registry stays the parent's */
+			}
+			named_fds = p;
+			named_cap = cap;
+		}
+		named_fds[named_n++] = fd;
+	}
+	pthread_mutex_unlock(&own_lock);
+}
+
+static void own_child(void)
+{
+	for (size_t i = 0; i < named_n; i++)
+		close(named_fds[i]);
+	named_n = 0;
+	pthread_mutex_unlock(&own_lock);
+}
+
 __attribute__((constructor)) static void own_atfork(void)
 {
-	pthread_atfork(own_lock_take, own_lock_give, own_lock_give);
+	pthread_atfork(own_lock_take, own_lock_give, own_child);
 }
 
 int wsd_uring_init(unsigned entries, struct io_uring *ring)

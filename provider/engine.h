@@ -30,6 +30,9 @@ WSD_ENGINE_API void wsd_uring_exit(struct io_uring *ring);
 WSD_ENGINE_API bool wsd_uring_is_own(int fd);
 WSD_ENGINE_API extern __thread bool wsd_uring_own_call;
 
+/* fd (on) or no longer (off) closed in a fork child: a listener's registry socket. */
+WSD_ENGINE_API void wsd_fd_named(int fd, bool on);
+
 WSD_ENGINE_API int wsd_engine_init(struct wsd_engine *e);
 WSD_ENGINE_API void wsd_engine_fini(struct wsd_engine *e);
 /* Wait until fd is readable: 1, 0 on timeout (timeout_ns < 0: forever), or -errno. */

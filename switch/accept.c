@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +38,18 @@ struct reg {
 	 * upgrade later (one-shot servers close the listener at once).
 	 */
 	_Atomic int64_t closed_at;
+	/*
+	 * Processes that accept on its listener besides this one: fork
+	 * children count themselves at their first accept, in a page they
+	 * share with us (MAP_SHARED).  Over `self` (1 when we took the
+	 * registration over from a parent, having counted ourselves), the
+	 * listener is shared: a connection we have not accepted is likely in
+	 * another's hands, so a request we find no connection for is answered
+	 * R_SHARED at once, and no channel is made ahead nor mailbox granted.
+	 */
+	_Atomic uint32_t *count;
+	uint32_t self;
+	bool own_page;               /* count is a page of ours, unmapped with the registry */
 };
 
 #define REG_GRACE_MS 10000
@@ -68,6 +81,21 @@ static struct pending *pendings, **pend_tail = &pendings;
 static int npending, npending_ws;    /* pend_lock: all, and those holding an SPI connection */
 static _Atomic int handshakes;       /* take_hello threads running */
 pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The registry of port is shared (struct reg). */
+static bool port_shared(uint16_t port)
+{
+	bool shared = false;
+
+	pthread_mutex_lock(&up_lock);
+	for (struct reg *r = regs; r; r = r->next)
+		if (r->port == port) {
+			shared = r->count && atomic_load(r->count) > r->self;
+			break;
+		}
+	pthread_mutex_unlock(&up_lock);
+	return shared;
+}
 
 /* The accepted connection a connect request names, held, or NULL. */
 struct find { const struct wsd_tuple *t; struct wsd_sock *found; };
@@ -195,6 +223,9 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	}
 	wsd_session_known(ss);
 	if (!q->ch) {
+		/* its peer's first-byte OPENs could name connections of another process */
+		if (port_shared(s->stat->local.port))
+			wsd_chan_no_box(ch);
 		wsd_chan_start(ch, q->h->pid);
 		wsd_chan_put(ch);   /* the session holds it */
 	}
@@ -293,9 +324,12 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 	struct pending *p = NULL, *old = NULL;
 	bool full = false;
 
+	bool shared = port_shared(t->server.port);
+
 	pthread_mutex_lock(&pend_lock);
 	wsd_fd_each(match, &f);
-	if (!f.found) {
+	/* shared: not kept, as the connection is likely another process's (R_SHARED) */
+	if (!f.found && !shared) {
 		pending_expire((uint64_t)wsd_now_ms(), &old);
 		full = q->ch ? npending - npending_ws >= MAX_PENDING_OPENS :
 			       npending_ws >= MAX_PENDING;
@@ -321,7 +355,7 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 		server_attach(f.found, q);
 		wsd_sock_put(f.found);
 	} else if (!p) {
-		answer_no(q, full ? R_BUSY : R_PROVIDER);
+		answer_no(q, shared ? R_SHARED : full ? R_BUSY : R_PROVIDER);
 	}
 }
 
@@ -334,7 +368,7 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
  */
 #define AHEAD_MAX 4
 
-static void take_channel(SOCKET ws, const struct wsd_hello *h)
+static void take_channel(SOCKET ws, const struct wsd_hello *h, uint16_t port)
 {
 	struct wsd_hello a = { 0 };
 	struct wsd_session *ss;
@@ -342,6 +376,11 @@ static void take_channel(SOCKET ws, const struct wsd_hello *h)
 
 	if (path_of(ws) != PATH_SHM || !peer_pid_is(ws, h->pid)) {
 		refuse(ws, R_UNSUPPORTED);
+		return;
+	}
+	/* its later connections may come to another process: none would use it */
+	if (port_shared(port)) {
+		refuse(ws, R_SHARED);
 		return;
 	}
 	/* one a port it listens on, say: a few, not as many as it likes */
@@ -396,7 +435,7 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 		return;
 	}
 	if (!t->client.family) {
-		take_channel(ws, &h);
+		take_channel(ws, &h, t->server.port);
 		return;
 	}
 	take_request(&(struct request){ .ws = ws, .ch = NULL, .h = &h }, t);
@@ -443,6 +482,13 @@ static void handshake_start(SOCKET ws, const struct wsd_tuple *t)
 	}
 }
 
+static void reg_free(struct reg *r)
+{
+	if (r->own_page)
+		munmap((void *)r->count, sizeof(*r->count));
+	free(r);
+}
+
 static void *acceptor(void *arg)
 {
 	struct reg *r = arg;
@@ -486,12 +532,13 @@ static void *acceptor(void *arg)
 		handshake_start(ws, &a.t);
 	}
 	procs.lpWSPCloseSocket(r->ls, &err);
-	free(r);
+	reg_free(r);
 	atomic_fetch_sub(&wsd_threads_busy, 1);
 	return NULL;
 }
 
-void wsd_upgrade_listen(struct wsd_sock *s)
+/* s listens: a registry for its port, made or taken; false if none. */
+static bool reg_open(struct wsd_sock *s)
 {
 	struct sockaddr_storage a;
 	socklen_t al = sizeof(a);
@@ -506,9 +553,11 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 	struct reg *r;
 	int err;
 
+	bool ok = false;
+
 	s->listening = true;
 	if (getsockname(s->fd, (struct sockaddr *)&a, &al))
-		return;
+		return false;
 	to_addr(&a, &sa);
 	wsd_stat_begin(s->stat);
 	s->stat->local = sa;
@@ -516,30 +565,42 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 	s->stat->reason = R_LISTENER;
 	wsd_stat_end(s->stat);
 	if (!wsd_switch_params()->enabled)
-		return;
+		return false;
 	if (!wsd_guard_room(START_FDS, 0)) {
 		set_reason(s, R_RESOURCES);
 		wsd_debug("switch: the listener on port %u stays plain: near the descriptor limit",
 			  sa.port);
-		return;
+		return false;
 	}
 	if (!wsd_spi())
-		return;
+		return false;
 	pthread_mutex_lock(&up_lock);
 	for (r = regs; r; r = r->next)
 		if (r->port == sa.port)
 			break;
 	if (r) {
 		r->refs++;
+		s->reg_count = r->count;
 		atomic_store(&r->closed_at, 0);
 		pthread_mutex_unlock(&up_lock);
-		return;
+		return true;
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		goto out;
 	r->port = sa.port;
 	r->refs = 1;
+	if (s->reg_lost && s->reg_count) {
+		/* a fork child's: its parent's page, where its siblings count too */
+		r->count = s->reg_count;
+		r->self = s->reg_counted;
+	} else {
+		r->count = mmap(NULL, sizeof(*r->count), PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (r->count == MAP_FAILED)
+			r->count = NULL;   /* never shared: as before fork children counted */
+		r->own_page = r->count != NULL;
+	}
 	r->ls = procs.lpWSPSocket(a.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
 	any4.sin_port = any6.sin6_port = htons(sa.port);
 	if (r->ls == INVALID_SOCKET ||
@@ -554,18 +615,59 @@ void wsd_upgrade_listen(struct wsd_sock *s)
 		wsd_debug("switch: no registry for port %u (%d)", sa.port, err);
 		if (r->ls != INVALID_SOCKET)
 			procs.lpWSPCloseSocket(r->ls, &err);
-		free(r);
+		reg_free(r);
 		goto out;
 	}
 	if (wsd_thread_start(acceptor, r, true)) {
 		procs.lpWSPCloseSocket(r->ls, &err);
-		free(r);
+		reg_free(r);
 	} else {
 		r->next = regs;
 		regs = r;
+		ok = true;
+		s->reg_count = r->count;
 	}
 out:
 	pthread_mutex_unlock(&up_lock);
+	return ok;
+}
+
+void wsd_upgrade_listen(struct wsd_sock *s)
+{
+	(void)reg_open(s);
+}
+
+/*
+ * An accept on a listener a fork child inherited (reg_lost): the parent's
+ * registry does not see our connections (and a fork child holds none of
+ * it: the provider closed its copy), so count ourselves among those that
+ * accept on it (the registry is shared from now on), and ask for one of
+ * our own.  Its name is free when the parent closed its listener or
+ * exited (a server that forks and exits, a daemon).  Taken: asked again
+ * after RELISTEN_MS.
+ */
+#define RELISTEN_MS 1000
+
+void wsd_upgrade_relisten(struct wsd_sock *l)
+{
+	int64_t now = wsd_now_ms();
+
+	pthread_mutex_lock(&l->mu);
+	if (!l->reg_lost || now < l->reg_try_ms) {
+		pthread_mutex_unlock(&l->mu);
+		return;
+	}
+	l->reg_try_ms = now + RELISTEN_MS;
+	if (!l->reg_counted && l->reg_count) {
+		atomic_fetch_add(l->reg_count, 1);
+		l->reg_counted = true;
+	}
+	pthread_mutex_unlock(&l->mu);
+	if (reg_open(l)) {
+		pthread_mutex_lock(&l->mu);
+		l->reg_lost = false;
+		pthread_mutex_unlock(&l->mu);
+	}
 }
 
 void wsd_upgrade_unlisten(struct wsd_sock *s)

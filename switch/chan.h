@@ -135,6 +135,8 @@ void wsd_upgrade_chan_dead(struct wsd_chan *ch);
  * the grants dropped when the channel ends.
  */
 void wsd_chan_box_grant(struct wsd_chan *ch);
+/* ...none, ever, for this channel (before it starts): its port is shared with other processes. */
+void wsd_chan_no_box(struct wsd_chan *ch);
 void wsd_chan_box_drop(struct wsd_chan *ch);
 /* ...for every listening channel of ours (the sweep). */
 void wsd_chan_box_refill(void);

@@ -49,6 +49,7 @@ struct wsd_chan {
 	SOCKET ws;
 	enum wsd_path path;
 	bool connector;
+	bool no_box;                 /* the listening side grants no mailbox entries (shared port) */
 	struct wsd_stat_addr key;
 	uint32_t id;
 	pid_t owner;                 /* the process it belongs to (fork) */

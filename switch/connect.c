@@ -598,8 +598,11 @@ static void client_upgrade(struct wsd_sock *s)
 	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes()))
 		return fail(s, R_RESOURCES);
 	tolen = peer_addr(s, &to);
-	if (!(ss = new_channel(&to, tolen, &s->stat->peer, &t, &s->closed, &why)))
+	if (!(ss = new_channel(&to, tolen, &s->stat->peer, &t, &s->closed, &why))) {
+		if (why == R_SHARED)
+			probe_shared(&s->stat->peer);
 		return fail(s, why);
+	}
 	wsd_session_attach(s, ss);
 	wsd_debug("switch: fd %d upgraded at %lld ms, channel %u", s->fd, (long long)wsd_now_ms(),
 		  wsd_chan_id(ss->ch));
@@ -739,6 +742,17 @@ static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 		return;
 	if (now < s->retry_ns)
 		return;
+	if (!s->chan_known) {
+		/* a peer whose listener its forked children share: not asked for a while */
+		struct wsd_stat_addr key;
+
+		to_addr(&s->peer, &key);
+		if (key.family && probe_is_shared(&key)) {
+			if (atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_FAILED))
+				set_reason(s, R_SHARED);
+			return;
+		}
+	}
 	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */
 	if (s->no_upgrade) {
 		if (atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_FAILED))

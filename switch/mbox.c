@@ -130,9 +130,14 @@ int wsd_chan_shut_take(struct wsd_chan *ch, uint32_t *offs, int max)
 
 /* ---- the listening side --------------------------------------------------------- */
 
+void wsd_chan_no_box(struct wsd_chan *ch)
+{
+	ch->no_box = true;
+}
+
 void wsd_chan_box_grant(struct wsd_chan *ch)
 {
-	struct box *b = ch->connector ? NULL : own_box(ch);
+	struct box *b = ch->connector || ch->no_box ? NULL : own_box(ch);
 	struct wsd_session *old[WSD_BOX_N];
 	struct wsd_sock *done[WSD_BOX_N];
 	bool rejected[WSD_BOX_N];

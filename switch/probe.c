@@ -28,6 +28,7 @@
 static struct probe_peer {
 	struct wsd_stat_addr key;
 	int64_t until_ms;            /* not asked again before then */
+	int64_t shared_until_ms;     /* its listener shared (R_SHARED): no connection asks before then */
 	bool busy;                   /* a job for it is queued or running */
 } peers[PROBE_PEERS];
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -127,6 +128,39 @@ void probe_done(const struct probe_job *p, enum wsd_reason why)
 			      wsd_now_ms() + (passing ? PROBE_RETRY_MS : PROBE_BACKOFF_MS);
 	}
 	pthread_mutex_unlock(&probe_lock);
+}
+
+/*
+ * A peer answered R_SHARED: its listener is shared with processes it
+ * forked, and the connection was in another's hands.  Its later
+ * connections do not ask (a registry connection each, refused at once)
+ * for PROBE_BACKOFF_MS; nor is a channel made ahead to it.
+ */
+void probe_shared(const struct wsd_stat_addr *key)
+{
+	struct probe_peer *e;
+
+	pthread_mutex_lock(&probe_lock);
+	e = entry(key, true);
+	if (e) {
+		e->shared_until_ms = wsd_now_ms() + PROBE_BACKOFF_MS;
+		if (e->until_ms < e->shared_until_ms)
+			e->until_ms = e->shared_until_ms;
+	}
+	pthread_mutex_unlock(&probe_lock);
+}
+
+bool probe_is_shared(const struct wsd_stat_addr *key)
+{
+	struct probe_peer *e;
+	bool r = false;
+
+	pthread_mutex_lock(&probe_lock);
+	e = entry(key, false);
+	if (e)
+		r = e->shared_until_ms > wsd_now_ms();
+	pthread_mutex_unlock(&probe_lock);
+	return r;
 }
 
 /* fork, in the child: no jobs of ours in flight. */

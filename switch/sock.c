@@ -115,6 +115,8 @@ static int accepted(int lfd, int fd, int flags)
 		s->nodelay_known = true;
 		s->app_nodelay = l->app_nodelay;
 	}
+	if (l->reg_lost)
+		wsd_upgrade_relisten(l);
 	wsd_sock_put(l);
 	if (s) {
 		s->nonblock = flags & SOCK_NONBLOCK;

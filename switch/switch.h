@@ -130,6 +130,7 @@ enum wsd_reason {
 	R_IO_URING,        /* the process made an io_uring of its own: no more upgrades */
 	R_BYPASS,          /* a byte moved by a call the switch did not see: reset */
 	R_RESOURCES,       /* descriptors or memory near the program's limits */
+	R_SHARED,          /* the peer's listener is shared with processes it forked */
 	R_NREASONS
 };
 
@@ -159,6 +160,7 @@ static inline const char *wsd_reason_name(unsigned r)
 		[R_IO_URING] = "io-uring",
 		[R_BYPASS] = "bypass",
 		[R_RESOURCES] = "resources",
+		[R_SHARED] = "shared",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
 
@@ -180,6 +182,19 @@ struct wsd_sock {
 	int fd;                      /* one of those fds, for real calls */
 	int family;
 	bool listening;
+	/*
+	 * A listener a fork child inherited: its registry is the parent's, so
+	 * this process asks for one of its own at an accept, from reg_try_ms
+	 */
+	bool reg_lost;
+	int64_t reg_try_ms;
+	/*
+	 * Its registration's count of processes that accepted on it besides
+	 * the registering one, in a page a fork child shares (accept.c);
+	 * reg_counted once this process is among them.
+	 */
+	_Atomic uint32_t *reg_count;
+	bool reg_counted;
 	bool nonblock;               /* O_NONBLOCK on the open file description */
 	bool connected_side;         /* created by connect (the side that upgrades) */
 	bool chan_looked, chan_known;   /* a channel to the peer: looked for, found */
@@ -473,6 +488,8 @@ void wsd_poll_atfork_child(void);
 void wsd_upgrade_listen(struct wsd_sock *s);
 /* The listener closes. */
 void wsd_upgrade_unlisten(struct wsd_sock *s);
+/* An accept on l, a listener inherited at fork: a registry of this process's own, maybe. */
+void wsd_upgrade_relisten(struct wsd_sock *l);
 /* accept() made s: attach a handshake that arrived first. */
 void wsd_upgrade_accepted(struct wsd_sock *s);
 /* A data call on s: start the upgrade when it is worth it (lazy, cheap). */

@@ -291,6 +291,11 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 	s->no_upgrade = true;
 	if (!s->why_not)
 		s->why_not = R_FORKED;
+	if (s->listening) {
+		s->reg_lost = true;   /* the registry is the parent's: ours at an accept */
+		s->reg_try_ms = 0;
+		s->reg_counted = false;
+	}
 	if (s->sess) {
 		s->sess->ws = INVALID_SOCKET;   /* the parent's: not ours to close */
 		if (!(s->rx_back && s->tx_back)) {

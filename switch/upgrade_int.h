@@ -83,6 +83,9 @@ bool probe_queue(const struct probe_job *p);            /* connect.c: the worker
 socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to);
 void probe_done(const struct probe_job *p, enum wsd_reason why);  /* the worker's: R_NONE made */
 void probe_atfork_child(void);
+/* The peer at key answered R_SHARED: none of its connections asks for a while. */
+void probe_shared(const struct wsd_stat_addr *key);
+bool probe_is_shared(const struct wsd_stat_addr *key);
 
 void accept_chan_dead(struct wsd_chan *ch);
 void accept_atfork_child(void);

@@ -105,6 +105,7 @@ int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 		return ret;
 	}
 	sl->fd_watched = true;
+	wsd_fd_named(sl->fd, true);   /* a fork child does not hold our name */
 	atomic_init(&sl->tcp_fd, -1);
 	*priv = sl;
 	return 0;
@@ -137,6 +138,7 @@ void shm_listen_close(void *priv)
 
 	while (sl->npending)
 		pending_drop(sl, 0);
+	wsd_fd_named(sl->fd, false);
 	close(sl->fd);
 	close(sl->epfd);
 	free(sl);

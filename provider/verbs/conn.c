@@ -283,6 +283,7 @@ static int listen_op(struct nd_listener *l, void **priv, const struct sockaddr *
 		ret = -errno;
 		goto fail;
 	}
+	wsd_fd_named(vl->ch->fd, true);   /* a fork child does not hold our port */
 	*priv = vl;
 	return 0;
 fail:
@@ -298,6 +299,7 @@ static void listen_close_op(void *priv)
 {
 	struct vb_listener *vl = priv;
 
+	wsd_fd_named(vl->ch->fd, false);
 	rdma_destroy_id(vl->id);
 	rdma_destroy_event_channel(vl->ch);
 	free(vl);
