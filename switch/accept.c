@@ -75,6 +75,7 @@ struct pending {
 };
 
 static struct reg *regs;
+static pid_t fork_parent;            /* in a fork child: the process that forked it */
 /* oldest first (pend_lock): expiry looks at the head, and the program
  * accepts in about the order its peers connected */
 static struct pending *pendings, **pend_tail = &pendings;
@@ -647,6 +648,7 @@ void wsd_upgrade_listen(struct wsd_sock *s)
  * after RELISTEN_MS.
  */
 #define RELISTEN_MS 1000
+#define RELISTEN_WAIT_MS 256
 
 void wsd_upgrade_relisten(struct wsd_sock *l)
 {
@@ -663,11 +665,19 @@ void wsd_upgrade_relisten(struct wsd_sock *l)
 		l->reg_counted = true;
 	}
 	pthread_mutex_unlock(&l->mu);
-	if (reg_open(l)) {
-		pthread_mutex_lock(&l->mu);
-		l->reg_lost = false;
-		pthread_mutex_unlock(&l->mu);
+	/*
+	 * A parent gone (a daemon's) frees the name once the kernel has
+	 * ended its io_uring requests, a little after its exit: wait for
+	 * that, RELISTEN_WAIT_MS at most, once.
+	 */
+	for (int ms = 1; !reg_open(l); ms *= 2) {
+		if (getppid() == fork_parent || ms > RELISTEN_WAIT_MS)
+			return;
+		real.poll(NULL, 0, ms);
 	}
+	pthread_mutex_lock(&l->mu);
+	l->reg_lost = false;
+	pthread_mutex_unlock(&l->mu);
 }
 
 void wsd_upgrade_unlisten(struct wsd_sock *s)
@@ -851,6 +861,7 @@ void accept_chan_dead(struct wsd_chan *ch)
 void accept_atfork_child(void)
 {
 	pthread_mutex_init(&pend_lock, NULL);
+	fork_parent = getppid();
 	regs = NULL;
 	pendings = NULL;
 	pend_tail = &pendings;

@@ -115,8 +115,6 @@ static int accepted(int lfd, int fd, int flags)
 		s->nodelay_known = true;
 		s->app_nodelay = l->app_nodelay;
 	}
-	if (l->reg_lost)
-		wsd_upgrade_relisten(l);
 	wsd_sock_put(l);
 	if (s) {
 		s->nonblock = flags & SOCK_NONBLOCK;
@@ -135,15 +133,33 @@ static int accepted(int lfd, int fd, int flags)
 	return fd;
 }
 
+/*
+ * A listener a fork child inherited gets a registry of this process's own
+ * before the accept, so that one made before its peer's switch asks is
+ * there to answer (a daemon's child blocks in accept long before).
+ */
+static void before_accept(int fd)
+{
+	struct wsd_sock *l = wsd_fd_get(fd);
+
+	if (l) {
+		if (l->reg_lost)
+			wsd_upgrade_relisten(l);
+		wsd_sock_put(l);
+	}
+}
+
 EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
 	wsd_real_init();
+	before_accept(fd);
 	return accepted(fd, real.accept(fd, addr, len), 0);
 }
 
 EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	wsd_real_init();
+	before_accept(fd);
 	return accepted(fd, real.accept4(fd, addr, len, flags), flags);
 }
 

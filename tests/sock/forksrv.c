@@ -27,10 +27,28 @@
 
 #define CALLS 20
 
-/* The server's side of one connection: warm-up (accelerated: path checked), calls. */
-static void serve_one(int lfd, bool accelerated)
+/*
+ * The server's side of one connection: warm-up (accelerated: path
+ * checked), calls.  ready (or -1): told once the server is in accept.
+ */
+static void serve_one(int lfd, bool accelerated, int ready)
 {
-	int fd = t_accept(lfd);
+	int fd;
+
+	if (ready >= 0) {
+		pid_t parent = getppid();
+
+		/* a daemon's server starts once the process that listened is gone */
+		while (getppid() == parent)
+			sleep_ms(1);
+		/* an event loop's first look: nothing yet (the switch registers here) */
+		set_nonblock(lfd, true);
+		EXPECT_ERR(EAGAIN, "accept before any connection", accept(lfd, NULL, NULL));
+		set_nonblock(lfd, false);
+		CHECK(write(ready, "r", 1) == 1, "could not say ready");
+		close(ready);
+	}
+	fd = t_accept(lfd);
 
 	if (accelerated) {
 		warmup(fd, false);
@@ -73,19 +91,22 @@ static void wait_reason(int fd, const char *want)
 
 static void daemon_case(void)
 {
-	int up[2], port = 0, fd;
+	int up[2], rd[2], port = 0, fd;
 	pid_t starter, server = 0;
 
 	say("-- a server that forks and exits: its child accepts");
 	MUST(pipe(up));
+	MUST(pipe(rd));
 	starter = MUST(fork());
 	if (!starter) {
 		int lfd = t_listen(AF_INET, &port);
 
 		server = MUST(fork());
 		if (!server) {
+			close(up[0]);
 			close(up[1]);
-			serve_one(lfd, true);
+			close(rd[0]);
+			serve_one(lfd, true, rd[1]);
 			_exit(0);
 		}
 		/* the listener and its registry go with this process */
@@ -95,10 +116,13 @@ static void daemon_case(void)
 		_exit(0);
 	}
 	close(up[1]);
+	close(rd[1]);
 	CHECK(read(up[0], &port, sizeof(port)) == sizeof(port), "no port from the starter");
 	CHECK(read(up[0], &server, sizeof(server)) == sizeof(server), "no pid from the starter");
-	close(up[0]);
 	reap(starter, "the process that listened");
+	close(up[0]);
+	CHECK(read(rd[0], &(char){ 0 }, 1) == 1, "the server did not say ready");
+	close(rd[0]);
 	fd = t_connect(AF_INET, port);
 	warmup(fd, true);
 	echo_calls(fd, CALLS, 7);
@@ -115,7 +139,7 @@ static void prefork_case(void)
 	say("-- the parent keeps the listener, a child accepts");
 	child = MUST(fork());
 	if (!child) {
-		serve_one(lfd, false);
+		serve_one(lfd, false, -1);
 		_exit(0);
 	}
 	fd = t_connect(AF_INET, port);
