@@ -19,8 +19,46 @@ __thread bool wsd_uring_own_call;
  * (it would take it for the program's own).
  */
 static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
-static int *own_fds;
-static size_t own_n, own_cap;
+
+/* A list of fds (own_lock held): our rings, and the descriptors that hold a name. */
+struct fd_list {
+	int *v;
+	size_t n, cap;
+};
+
+static int fd_list_add(struct fd_list *l, int fd)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 8;
+		int *p = realloc(l->v, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	l->v[l->n++] = fd;
+	return 0;
+}
+
+static void fd_list_del(struct fd_list *l, int fd)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i] == fd) {
+			l->v[i] = l->v[--l->n];
+			return;
+		}
+}
+
+static bool fd_list_has(const struct fd_list *l, int fd)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i] == fd)
+			return true;
+	return false;
+}
+
+static struct fd_list own_fds;
 
 static void own_lock_take(void)
 {
@@ -38,40 +76,23 @@ static void own_lock_give(void)
  * is its parent's alone and is free once the parent closes it (a server
  * that forks and exits hands its port to the child, which registers anew).
  */
-static int *named_fds;
-static size_t named_n, named_cap;
+static struct fd_list named_fds;
 
 void wsd_fd_named(int fd, bool on)
 {
 	pthread_mutex_lock(&own_lock);
-	if (!on) {
-		for (size_t i = 0; i < named_n; i++)
-			if (named_fds[i] == fd) {
-				named_fds[i] = named_fds[--named_n];
-				break;
-			}
-	} else if (fd >= 0) {
-		if (named_n == named_cap) {
-			size_t cap = named_cap ? 2 * named_cap : 8;
-			int *p = realloc(named_fds, cap * sizeof(*p));
-
-			if (!p) {
-				pthread_mutex_unlock(&own_lock);
-				return;   /* the child keeps a copy: its registry stays the parent's */
-			}
-			named_fds = p;
-			named_cap = cap;
-		}
-		named_fds[named_n++] = fd;
-	}
+	if (!on)
+		fd_list_del(&named_fds, fd);
+	else if (fd >= 0)
+		(void)fd_list_add(&named_fds, fd);   /* no memory: the child keeps a copy */
 	pthread_mutex_unlock(&own_lock);
 }
 
 static void own_child(void)
 {
-	for (size_t i = 0; i < named_n; i++)
-		close(named_fds[i]);
-	named_n = 0;
+	for (size_t i = 0; i < named_fds.n; i++)
+		close(named_fds.v[i]);
+	named_fds.n = 0;
 	pthread_mutex_unlock(&own_lock);
 }
 
@@ -92,19 +113,11 @@ int wsd_uring_init(unsigned entries, struct io_uring *ring)
 		pthread_mutex_unlock(&own_lock);
 		return ret;
 	}
-	if (own_n == own_cap) {
-		size_t cap = own_cap ? 2 * own_cap : 8;
-		int *p = realloc(own_fds, cap * sizeof(*p));
-
-		if (!p) {
-			pthread_mutex_unlock(&own_lock);
-			io_uring_queue_exit(ring);
-			return -ENOMEM;
-		}
-		own_fds = p;
-		own_cap = cap;
+	if (fd_list_add(&own_fds, ring->ring_fd)) {
+		pthread_mutex_unlock(&own_lock);
+		io_uring_queue_exit(ring);
+		return -ENOMEM;
 	}
-	own_fds[own_n++] = ring->ring_fd;
 	pthread_mutex_unlock(&own_lock);
 	return 0;
 }
@@ -112,22 +125,17 @@ int wsd_uring_init(unsigned entries, struct io_uring *ring)
 void wsd_uring_exit(struct io_uring *ring)
 {
 	pthread_mutex_lock(&own_lock);
-	for (size_t i = 0; i < own_n; i++)
-		if (own_fds[i] == ring->ring_fd) {
-			own_fds[i] = own_fds[--own_n];
-			break;
-		}
+	fd_list_del(&own_fds, ring->ring_fd);
 	pthread_mutex_unlock(&own_lock);
 	io_uring_queue_exit(ring);
 }
 
 bool wsd_uring_is_own(int fd)
 {
-	bool own = false;
+	bool own;
 
 	pthread_mutex_lock(&own_lock);
-	for (size_t i = 0; i < own_n && !own; i++)
-		own = own_fds[i] == fd;
+	own = fd_list_has(&own_fds, fd);
 	pthread_mutex_unlock(&own_lock);
 	return own;
 }

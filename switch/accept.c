@@ -323,13 +323,17 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 {
 	struct find f = { t, NULL };
 	struct pending *p = NULL, *old = NULL;
-	bool full = false;
-
-	bool shared = port_shared(t->server.port);
+	bool full = false, shared = false;
 
 	pthread_mutex_lock(&pend_lock);
 	wsd_fd_each(match, &f);
-	/* shared: not kept, as the connection is likely another process's (R_SHARED) */
+	/*
+	 * Not ours yet, on a shared port: not kept, as the connection is
+	 * likely another process's (R_SHARED).  up_lock inside pend_lock: no
+	 * path takes them the other way.
+	 */
+	if (!f.found)
+		shared = port_shared(t->server.port);
 	if (!f.found && !shared) {
 		pending_expire((uint64_t)wsd_now_ms(), &old);
 		full = q->ch ? npending - npending_ws >= MAX_PENDING_OPENS :
@@ -553,7 +557,6 @@ static bool reg_open(struct wsd_sock *s)
 	struct wsd_stat_addr sa;
 	struct reg *r;
 	int err;
-
 	bool ok = false;
 
 	s->listening = true;

@@ -140,8 +140,11 @@ static int accepted(int lfd, int fd, int flags)
  */
 static void before_accept(int fd)
 {
-	struct wsd_sock *l = wsd_fd_get(fd);
+	struct wsd_sock *l;
 
+	if (!wsd_listeners_inherited)
+		return;   /* no fork child's listener here: nothing looked up */
+	l = wsd_fd_get(fd);
 	if (l) {
 		if (l->reg_lost)
 			wsd_upgrade_relisten(l);

@@ -490,6 +490,8 @@ void wsd_upgrade_listen(struct wsd_sock *s);
 void wsd_upgrade_unlisten(struct wsd_sock *s);
 /* An accept on l, a listener inherited at fork: a registry of this process's own, maybe. */
 void wsd_upgrade_relisten(struct wsd_sock *l);
+/* Set in a fork child that inherited a listener: accepts look for reg_lost only then. */
+extern bool wsd_listeners_inherited;
 /* accept() made s: attach a handshake that arrived first. */
 void wsd_upgrade_accepted(struct wsd_sock *s);
 /* A data call on s: start the upgrade when it is worth it (lazy, cheap). */

@@ -78,6 +78,7 @@ void set_reason(struct wsd_sock *s, enum wsd_reason r)
 /* ---- the SPI instance -------------------------------------------------------- */
 
 pthread_mutex_t up_lock = PTHREAD_MUTEX_INITIALIZER;
+bool wsd_listeners_inherited;
 WSPPROC_TABLE procs;
 WSAPROTOCOL_INFO proto;
 static bool spi_started, spi_failed;
@@ -292,6 +293,7 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 	if (!s->why_not)
 		s->why_not = R_FORKED;
 	if (s->listening) {
+		wsd_listeners_inherited = true;
 		s->reg_lost = true;   /* the registry is the parent's: ours at an accept */
 		s->reg_try_ms = 0;
 		s->reg_counted = false;

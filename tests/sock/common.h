@@ -136,6 +136,8 @@ void expect_path(int fd);
 void expect_path_now(int fd, const char *want);
 /* Under wsd run (WSD_EXPECT_PATH, WSD_BIN): wsd stat gives fd this reason, or die. */
 void expect_reason(int fd, const char *reason);
+/* wsd stat's JSON (out) gives fd this reason. */
+bool stat_reason(const char *out, int fd, const char *reason);
 /* Under wsd run (WSD_EXPECT_PATH, and WSD_BIN naming the wsd command): bytes
  * went by zero copy on fd, as wsd stat --json says, or die. */
 void expect_zcopy(int fd);

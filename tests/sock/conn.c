@@ -391,17 +391,25 @@ void drain_exactly(int fd, int len, uint32_t seed)
 }
 
 /* Under wsd run: bytes went by zero copy on fd (wsd stat --json). */
-void expect_reason(int fd, const char *reason)
+bool stat_reason(const char *out, int fd, const char *reason)
 {
-	char out[65536], key[32], want[64], *p, *end;
+	char key[32], want[64];
+	const char *p, *end;
 
-	if (!stat_json(out, sizeof(out)))
-		return;
 	snprintf(key, sizeof(key), "\"fd\":%d,", fd);
 	snprintf(want, sizeof(want), "\"reason\":\"%s\"", reason);
 	p = strstr(out, key);
 	end = p ? strchr(p, '}') : NULL;
-	if (!p || !(p = strstr(p, want)) || (end && p > end)) {
+	return p && (p = strstr(p, want)) && (!end || p < end);
+}
+
+void expect_reason(int fd, const char *reason)
+{
+	char out[65536];
+
+	if (!stat_json(out, sizeof(out)))
+		return;
+	if (!stat_reason(out, fd, reason)) {
 		fprintf(stderr, "reason: wsd stat says: %s\n", out);
 		die("fd %d: no reason %s in wsd stat", fd, reason);
 	}

@@ -29,17 +29,16 @@
 
 /*
  * The server's side of one connection: warm-up (accelerated: path
- * checked), calls.  ready (or -1): told once the server is in accept.
+ * checked), calls.  ready (or -1): told once the process `starter`, which
+ * forked us, is gone and we are in accept.
  */
-static void serve_one(int lfd, bool accelerated, int ready)
+static void serve_one(int lfd, bool accelerated, int ready, pid_t starter)
 {
 	int fd;
 
 	if (ready >= 0) {
-		pid_t parent = getppid();
-
 		/* a daemon's server starts once the process that listened is gone */
-		while (getppid() == parent)
+		while (getppid() == starter)
 			sleep_ms(1);
 		/* an event loop's first look: nothing yet (the switch registers here) */
 		set_nonblock(lfd, true);
@@ -73,17 +72,12 @@ static void reap(pid_t pid, const char *what)
 /* Under wsd run: fd's reason in wsd stat is want within 5 s. */
 static void wait_reason(int fd, const char *want)
 {
-	char key[32], val[48];
-
 	if (!getenv("WSD_EXPECT_PATH") || !getenv("WSD_BIN"))
 		return;
-	snprintf(key, sizeof(key), "\"fd\":%d,", fd);
-	snprintf(val, sizeof(val), "\"reason\":\"%s\"", want);
 	for (double t0 = now_ms(); now_ms() - t0 < 5000; sleep_ms(20)) {
 		const char *out = stat_now();
-		const char *p = strstr(out, key), *end = p ? strchr(p, '}') : NULL, *r;
 
-		if (p && (r = strstr(p, val)) && (!end || r < end))
+		if (out && stat_reason(out, fd, want))
 			return;
 	}
 	expect_reason(fd, want);   /* says what wsd stat says, and fails */
@@ -100,13 +94,14 @@ static void daemon_case(void)
 	starter = MUST(fork());
 	if (!starter) {
 		int lfd = t_listen(AF_INET, &port);
+		pid_t me = getpid();   /* before the fork: the child may find us gone already */
 
 		server = MUST(fork());
 		if (!server) {
 			close(up[0]);
 			close(up[1]);
 			close(rd[0]);
-			serve_one(lfd, true, rd[1]);
+			serve_one(lfd, true, rd[1], me);
 			_exit(0);
 		}
 		/* the listener and its registry go with this process */
@@ -139,7 +134,7 @@ static void prefork_case(void)
 	say("-- the parent keeps the listener, a child accepts");
 	child = MUST(fork());
 	if (!child) {
-		serve_one(lfd, false, -1);
+		serve_one(lfd, false, -1, 0);
 		_exit(0);
 	}
 	fd = t_connect(AF_INET, port);
