@@ -341,9 +341,10 @@ int wsd_listen_owner(struct nd_listener *l, int tcp_fd)
 	return 0;
 }
 
-void wsd_ep_owner_check(struct nd_ep *ep, bool on)
+void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port)
 {
 	ep->owner_check = on;
+	ep->owner_port = tcp_port;
 }
 
 /* Wait on every transport's listener at once; take a request from the first. */

@@ -130,6 +130,7 @@ struct nd_ep {
 	 * process to check and ignores it.
 	 */
 	bool owner_check;
+	uint16_t owner_port;           /* ...on this TCP port, not the one dialled (0: that one) */
 	/* shm: the peer's process, as the kernel named it at connect (0: not known) */
 	uint32_t peer_pid;
 	void *tpriv;                   /* the transport's connection state */
@@ -221,7 +222,7 @@ WSD_HIDDEN void wsd_caps_meet(struct nd_adapter_info *a, const struct nd_adapter
  * transport that can (those that cannot are skipped); check it at connect.
  */
 WSD_HIDDEN int wsd_listen_owner(struct nd_listener *l, int tcp_fd);
-WSD_HIDDEN void wsd_ep_owner_check(struct nd_ep *ep, bool on);
+WSD_HIDDEN void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port);
 
 /* status.c: -errno to nd_status, in one table */
 WSD_HIDDEN nd_status wsd_nd_from_errno(int err);

@@ -27,6 +27,26 @@
 
 /* ---- the listening side ---------------------------------------------------------- */
 
+/*
+ * A registration's page, shared with the fork children that inherit its
+ * listener (MAP_SHARED): they count themselves in it at their first
+ * accept, and one that opened a registry of its own (its parent keeps the
+ * port's) notes there each connection it accepts, so that the port's
+ * registry can send a request for it on (R_MOVED).  Only the processes of
+ * one program write it; a slot is one 64-bit store: the tuple's hash in
+ * the high 48 bits, the child's registry port in the low 16.  A later
+ * connection with the same slot overwrites: its request is then answered
+ * shared and asked again, or stays on TCP.
+ */
+#define REG_SLOTS 511
+
+struct wsd_reg_page {
+	_Atomic uint32_t count;
+	uint32_t pad;
+	_Atomic uint64_t slot[REG_SLOTS];
+};
+_Static_assert(sizeof(struct wsd_reg_page) == 4096, "the registration's page is one page");
+
 struct reg {
 	struct reg *next;
 	uint16_t port;
@@ -45,11 +65,20 @@ struct reg {
 	 * registration over from a parent, having counted ourselves), the
 	 * listener is shared: a connection we have not accepted is likely in
 	 * another's hands, so a request we find no connection for is answered
-	 * R_SHARED at once, and no channel is made ahead nor mailbox granted.
+	 * R_SHARED at once (R_MOVED when a child noted it in the page), and
+	 * no channel is made ahead nor mailbox granted.
 	 */
-	_Atomic uint32_t *count;
+	struct wsd_reg_page *page;
 	uint32_t self;
-	bool own_page;               /* count is a page of ours, unmapped with the registry */
+	bool own_page;               /* a page of ours, unmapped with the registry */
+	/*
+	 * A fork child's own registry, for the connections it accepts on port
+	 * while its parent keeps the port's: the provider port it listens on,
+	 * held in TCP by side_fd (bound, never listening) so that no server
+	 * that will listen on it finds the name taken.  0 and -1 otherwise.
+	 */
+	uint16_t side_port;
+	int side_fd;
 };
 
 #define REG_GRACE_MS 10000
@@ -83,19 +112,63 @@ static int npending, npending_ws;    /* pend_lock: all, and those holding an SPI
 static _Atomic int handshakes;       /* take_hello threads running */
 pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The registry of port is shared (struct reg). */
-static bool port_shared(uint16_t port)
+/* FNV-1a over what same() compares of the connection's two ends. */
+static uint64_t tuple_hash(const struct wsd_stat_addr *client, const struct wsd_stat_addr *server)
+{
+	const struct wsd_stat_addr *e[2] = { client, server };
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (int i = 0; i < 2; i++) {
+		uint8_t b[19] = { e[i]->family, (uint8_t)(e[i]->port >> 8), (uint8_t)e[i]->port };
+		size_t n = 3 + (e[i]->family == AF_INET ? 4 : 16);
+
+		memcpy(b + 3, e[i]->addr, n - 3);
+		for (size_t k = 0; k < n; k++)
+			h = (h ^ b[k]) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+#define SLOT_TAG 0xffffffffffff0000ull
+_Static_assert(R_MOVED == WSD_REASON_MOVED, "the wire's moved");
+
+/*
+ * The registry of t's port is shared (struct reg): false if not; else
+ * true, and *moved the port of the registry of the child that noted t's
+ * connection, or 0.  A child's own registry is never shared.
+ */
+static bool port_shared(const struct wsd_tuple *t, uint16_t *moved)
 {
 	bool shared = false;
 
+	*moved = 0;
 	pthread_mutex_lock(&up_lock);
 	for (struct reg *r = regs; r; r = r->next)
-		if (r->port == port) {
-			shared = r->count && atomic_load(r->count) > r->self;
+		if (r->port == t->server.port && !r->side_port) {
+			shared = r->page && atomic_load(&r->page->count) > r->self;
+			if (shared && t->client.family) {
+				uint64_t h = tuple_hash(&t->client, &t->server);
+				uint64_t v = atomic_load(&r->page->slot[h % REG_SLOTS]);
+
+				if (v && (v & SLOT_TAG) == (h & SLOT_TAG))
+					*moved = (uint16_t)v;
+			}
 			break;
 		}
 	pthread_mutex_unlock(&up_lock);
 	return shared;
+}
+
+/* A child's own registry for its port (struct reg, side_port), or none (false). */
+static bool side_reg_of(uint16_t port)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&up_lock);
+	for (struct reg *r = regs; r && !found; r = r->next)
+		found = r->port == port && r->side_port;
+	pthread_mutex_unlock(&up_lock);
+	return found;
 }
 
 /* The accepted connection a connect request names, held, or NULL. */
@@ -156,18 +229,26 @@ static int answer(const struct request *q, struct wsd_chmsg *a)
 	return 0;
 }
 
-static void answer_no(const struct request *q, enum wsd_reason why)
+/* port: a moved answer's (the registry to ask), else 0 */
+static void answer_no_port(const struct request *q, enum wsd_reason why, uint16_t port)
 {
 	struct wsd_chmsg m = decline_msg(q->req, why);
 
+	m.h.seg = port;
 	if (q->boxed) {
 		wsd_stat_refused(why);
 		answer(q, &m);
 	} else if (q->ch) {
-		decline(q->ch, q->req, why);
+		wsd_stat_refused(why);
+		wsd_chan_send(q->ch, &m);
 	} else {
-		refuse(q->ws, why);
+		refuse_port(q->ws, why, port);
 	}
+}
+
+static void answer_no(const struct request *q, enum wsd_reason why)
+{
+	answer_no_port(q, why, 0);
 }
 
 static void server_attach(struct wsd_sock *s, const struct request *q)
@@ -224,8 +305,14 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	}
 	wsd_session_known(ss);
 	if (!q->ch) {
-		/* its peer's first-byte OPENs could name connections of another process */
-		if (port_shared(s->stat->local.port))
+		/*
+		 * its peer's first-byte OPENs could name connections of another
+		 * process; and none come to a child's own registry
+		 */
+		uint16_t moved;
+		struct wsd_tuple lt = { .server = s->stat->local };
+
+		if (port_shared(&lt, &moved) || side_reg_of(s->stat->local.port))
 			wsd_chan_no_box(ch);
 		wsd_chan_start(ch, q->h->pid);
 		wsd_chan_put(ch);   /* the session holds it */
@@ -324,16 +411,18 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 	struct find f = { t, NULL };
 	struct pending *p = NULL, *old = NULL;
 	bool full = false, shared = false;
+	uint16_t moved = 0;
 
 	pthread_mutex_lock(&pend_lock);
 	wsd_fd_each(match, &f);
 	/*
 	 * Not ours yet, on a shared port: not kept, as the connection is
-	 * likely another process's (R_SHARED).  up_lock inside pend_lock: no
-	 * path takes them the other way.
+	 * likely another process's: the one that noted it (R_MOVED), or
+	 * R_SHARED, to be asked again.  up_lock inside pend_lock: no path
+	 * takes them the other way.
 	 */
 	if (!f.found)
-		shared = port_shared(t->server.port);
+		shared = port_shared(t, &moved);
 	if (!f.found && !shared) {
 		pending_expire((uint64_t)wsd_now_ms(), &old);
 		full = q->ch ? npending - npending_ws >= MAX_PENDING_OPENS :
@@ -359,6 +448,8 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 	if (f.found) {
 		server_attach(f.found, q);
 		wsd_sock_put(f.found);
+	} else if (moved) {
+		answer_no_port(q, R_MOVED, moved);
 	} else if (!p) {
 		answer_no(q, shared ? R_SHARED : full ? R_BUSY : R_PROVIDER);
 	}
@@ -384,7 +475,7 @@ static void take_channel(SOCKET ws, const struct wsd_hello *h, uint16_t port)
 		return;
 	}
 	/* its later connections may come to another process: none would use it */
-	if (port_shared(port)) {
+	if (port_shared(&(struct wsd_tuple){ .server = { .port = port } }, &(uint16_t){ 0 })) {
 		refuse(ws, R_SHARED);
 		return;
 	}
@@ -490,7 +581,11 @@ static void handshake_start(SOCKET ws, const struct wsd_tuple *t)
 static void reg_free(struct reg *r)
 {
 	if (r->own_page)
-		munmap((void *)r->count, sizeof(*r->count));
+		munmap(r->page, sizeof(*r->page));
+	if (r->side_fd >= 0) {
+		wsd_fd_named(r->side_fd, false);
+		real.close(r->side_fd);
+	}
 	free(r);
 }
 
@@ -580,11 +675,11 @@ static bool reg_open(struct wsd_sock *s)
 		return false;
 	pthread_mutex_lock(&up_lock);
 	for (r = regs; r; r = r->next)
-		if (r->port == sa.port)
+		if (r->port == sa.port && !r->side_port)
 			break;
 	if (r) {
 		r->refs++;
-		s->reg_count = r->count;
+		s->reg_page = r->page;
 		atomic_store(&r->closed_at, 0);
 		pthread_mutex_unlock(&up_lock);
 		return true;
@@ -594,16 +689,17 @@ static bool reg_open(struct wsd_sock *s)
 		goto out;
 	r->port = sa.port;
 	r->refs = 1;
-	if (s->reg_lost && s->reg_count) {
+	r->side_fd = -1;
+	if (s->reg_lost && s->reg_page) {
 		/* a fork child's: its parent's page, where its siblings count too */
-		r->count = s->reg_count;
+		r->page = s->reg_page;
 		r->self = s->reg_counted;
 	} else {
-		r->count = mmap(NULL, sizeof(*r->count), PROT_READ | PROT_WRITE,
-				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		if (r->count == MAP_FAILED)
-			r->count = NULL;   /* never shared: as before fork children counted */
-		r->own_page = r->count != NULL;
+		r->page = mmap(NULL, sizeof(*r->page), PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (r->page == MAP_FAILED)
+			r->page = NULL;   /* never shared: as before fork children counted */
+		r->own_page = r->page != NULL;
 	}
 	r->ls = procs.lpWSPSocket(a.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
 	any4.sin_port = any6.sin6_port = htons(sa.port);
@@ -629,7 +725,7 @@ static bool reg_open(struct wsd_sock *s)
 		r->next = regs;
 		regs = r;
 		ok = true;
-		s->reg_count = r->count;
+		s->reg_page = r->page;
 	}
 out:
 	pthread_mutex_unlock(&up_lock);
@@ -639,6 +735,76 @@ out:
 void wsd_upgrade_listen(struct wsd_sock *s)
 {
 	(void)reg_open(s);
+}
+
+/*
+ * A fork child that accepts on l while its parent keeps the port's
+ * registry: a registry of its own, on a provider port that a TCP socket
+ * of ours holds (bound, wildcard, never listening: no server can want it
+ * then), naming l to connectors, who check that we hold l's port
+ * (SO_WSP_TCP_PORT).  The connections we accept are noted in the page
+ * (wsd_upgrade_side_accepted), where the port's registry looks to send
+ * their requests here.
+ */
+static uint16_t side_open(struct wsd_sock *l)
+{
+	struct sockaddr_storage a = { .ss_family = (sa_family_t)l->family };
+	socklen_t al = l->family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+					       sizeof(struct sockaddr_in);
+	struct wsd_stat_addr sa;
+	struct reg *r = calloc(1, sizeof(*r));
+	int err;
+
+	if (!r)
+		return 0;
+	r->port = l->stat->local.port;
+	r->refs = 1;
+	r->side_fd = real.socket(l->family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (r->side_fd < 0 || real.bind(r->side_fd, (struct sockaddr *)&a, al) ||
+	    getsockname(r->side_fd, (struct sockaddr *)&a, &al))
+		goto fail;
+	wsd_fd_named(r->side_fd, true);   /* a child of ours takes a port of its own */
+	to_addr(&a, &sa);
+	r->side_port = sa.port;
+	r->ls = procs.lpWSPSocket(l->family, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	if (r->ls == INVALID_SOCKET ||
+	    procs.lpWSPBind(r->ls, (struct sockaddr *)&a, al, &err) ||
+	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_TCP_LISTENER, &l->fd, sizeof(l->fd),
+				  &err) ||
+	    procs.lpWSPListen(r->ls, 128, &err)) {
+		if (r->ls != INVALID_SOCKET)
+			procs.lpWSPCloseSocket(r->ls, &err);
+		goto fail;
+	}
+	pthread_mutex_lock(&up_lock);
+	if (wsd_thread_start(acceptor, r, true)) {
+		pthread_mutex_unlock(&up_lock);
+		procs.lpWSPCloseSocket(r->ls, &err);
+		goto fail;
+	}
+	r->next = regs;
+	regs = r;
+	pthread_mutex_unlock(&up_lock);
+	wsd_debug("switch: a registry of our own for port %u, on %u", r->port, r->side_port);
+	return sa.port;
+fail:
+	wsd_debug("switch: no registry of our own for port %u", r->port);
+	if (r->side_fd >= 0) {
+		wsd_fd_named(r->side_fd, false);
+		real.close(r->side_fd);
+	}
+	free(r);
+	return 0;
+}
+
+void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s)
+{
+	uint64_t h;
+
+	if (!wsd_stat_own(s->stat) || learn_tuple(s))
+		return;
+	h = tuple_hash(&s->stat->peer, &s->stat->local);
+	atomic_store(&l->reg_page->slot[h % REG_SLOTS], (h & SLOT_TAG) | l->side_port);
 }
 
 /*
@@ -663,18 +829,30 @@ void wsd_upgrade_relisten(struct wsd_sock *l)
 		return;
 	}
 	l->reg_try_ms = now + RELISTEN_MS;
-	if (!l->reg_counted && l->reg_count) {
-		atomic_fetch_add(l->reg_count, 1);
+	if (!l->reg_counted && l->reg_page) {
+		atomic_fetch_add(&l->reg_page->count, 1);
 		l->reg_counted = true;
 	}
 	pthread_mutex_unlock(&l->mu);
 	/*
 	 * A parent gone (a daemon's) frees the name once the kernel has
 	 * ended its io_uring requests, a little after its exit: wait for
-	 * that, RELISTEN_WAIT_MS at most, once.
+	 * that, RELISTEN_WAIT_MS at most, once.  A parent that keeps it (a
+	 * server that forks its workers): a registry of our own beside it,
+	 * once, and the name asked for again later.
 	 */
 	for (int ms = 1; !reg_open(l); ms *= 2) {
-		if (getppid() == fork_parent || ms > RELISTEN_WAIT_MS)
+		if (getppid() == fork_parent) {
+			uint16_t side = !l->side_port && l->reg_page ? side_open(l) : 0;
+
+			if (side) {
+				pthread_mutex_lock(&l->mu);
+				l->side_port = side;
+				pthread_mutex_unlock(&l->mu);
+			}
+			return;
+		}
+		if (ms > RELISTEN_WAIT_MS)
 			return;
 		real.poll(NULL, 0, ms);
 	}
@@ -690,12 +868,12 @@ void wsd_upgrade_unlisten(struct wsd_sock *s)
 	if (!s->listening)
 		return;
 	pthread_mutex_lock(&up_lock);
+	/* the port's registry and a child's own, both */
 	for (pp = &regs; (r = *pp); pp = &r->next) {
-		if (r->port != s->stat->local.port)
+		if (r->port != s->stat->local.port || (r->side_port && r->side_port != s->side_port))
 			continue;
 		if (r->refs > 0 && --r->refs == 0)
 			atomic_store(&r->closed_at, wsd_now_ms());   /* the acceptor ends it */
-		break;
 	}
 	pthread_mutex_unlock(&up_lock);
 }

@@ -44,20 +44,53 @@ static uint64_t coarse_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static bool queue_job(struct wsd_sock *s);
+
 static void fail(struct wsd_sock *s, enum wsd_reason why)
 {
 	/* wsd stat names the connection that stays on TCP, whatever stopped it */
 	(void)learn_tuple(s);
 	set_reason(s, why);
-	if (why == R_BUSY && s->busy_tries < BUSY_TRIES) {
+	/*
+	 * The peer's registry answered for a process it forked: one that has
+	 * the connection, whose registry the worker asks at once (moved_port
+	 * set by the caller, once); or none yet, asked again as a busy peer
+	 * is, and the address left alone for a while when none ever does.
+	 */
+	if (why == R_MOVED) {
+		atomic_store(&s->upgrade_state, UP_QUEUED);
+		s->chan_known = false;   /* the channel that answered is not that process's */
+		if (queue_job(s)) {
+			wsd_debug("switch: fd %d: moved to the registry on port %u", s->fd,
+				  s->moved_port);
+			return;
+		}
+	}
+	if ((why == R_BUSY || why == R_SHARED) && s->busy_tries < BUSY_TRIES) {
 		/* the peer had too much in hand: its next data call after the pause asks again */
 		s->retry_ns = coarse_ns() + (BUSY_RETRY_NS << s->busy_tries++);
 		atomic_store(&s->upgrade_state, UP_NONE);
-		wsd_debug("switch: fd %d: the peer is busy; asks again", s->fd);
+		wsd_debug("switch: fd %d: the peer is %s; asks again", s->fd, wsd_reason_name(why));
 		return;
 	}
+	if (why == R_SHARED)
+		probe_shared(&s->stat->peer);
 	atomic_store(&s->upgrade_state, UP_FAILED);
 	wsd_debug("switch: fd %d stays on TCP: %s", s->fd, wsd_reason_name(why));
+}
+
+/*
+ * A refusal or decline that names another process's registry (R_MOVED,
+ * its port in seg): followed once; a second is the peer's error.
+ */
+static enum wsd_reason follow(struct wsd_sock *s, enum wsd_reason why, uint32_t port)
+{
+	if (why != R_MOVED)
+		return why;
+	if (s->moved_port || !port || port > 65535)
+		return R_PROTOCOL;
+	s->moved_port = (uint16_t)port;
+	return R_MOVED;
 }
 
 /*
@@ -223,8 +256,9 @@ static void open_answered(struct wsd_chan *ch, struct open_req *o, const struct 
 		wsd_debug("switch: fd %d upgraded on channel %u", o->s->fd, wsd_chan_id(ch));
 		wsd_sock_put(o->s);
 	} else {
-		open_fail(o->s, o->ss, m && m->h.reason < R_NREASONS ? (enum wsd_reason)m->h.reason
-								     : R_PEER_PLAIN);
+		open_fail(o->s, o->ss,
+			  m && m->h.reason < R_NREASONS ?
+				  follow(o->s, (enum wsd_reason)m->h.reason, m->h.seg) : R_PEER_PLAIN);
 	}
 	free(o);
 }
@@ -317,8 +351,8 @@ static bool box_look(struct open_req *o, bool give_up, bool to_tcp)
 			return false;
 		why = to_tcp ? R_UNSUPPORTED : R_BUSY;
 	} else if (answered) {
-		why = a.h.reason && a.h.reason < R_NREASONS ? (enum wsd_reason)a.h.reason
-							     : R_PEER_PLAIN;
+		why = a.h.reason && a.h.reason < R_NREASONS ?
+			      follow(s, (enum wsd_reason)a.h.reason, a.h.seg) : R_PEER_PLAIN;
 	} else if (!wsd_chan_dead(ch)) {
 		if (!(give_up || to_tcp) || !wsd_chan_box_withdraw(ch, o->box))
 			return false;
@@ -495,8 +529,8 @@ static bool client_open_now(struct wsd_sock *s, bool at_connect)
 	struct wsd_tuple t;
 	struct wsd_chan *ch;
 
-	/* not connected yet (a non-blocking connect): the worker asks later */
-	if (learn_tuple(s) || !(ch = wsd_chan_find(&s->stat->peer)))
+	/* not connected yet (a non-blocking connect), or moved: the worker asks */
+	if (s->moved_port || learn_tuple(s) || !(ch = wsd_chan_find(&s->stat->peer)))
 		return false;
 	atomic_store(&s->upgrade_state, UP_RUNNING);
 	if (client_tuple(s, &t) && !client_open_granted(s, ch, &t)) {
@@ -519,7 +553,8 @@ static bool client_open_now(struct wsd_sock *s, bool at_connect)
  */
 static struct wsd_session *new_channel(const struct sockaddr_storage *to, socklen_t tolen,
 				       const struct wsd_stat_addr *key, struct wsd_tuple *t,
-				       const _Atomic bool *gone, enum wsd_reason *why)
+				       const _Atomic bool *gone, enum wsd_reason *why,
+				       uint32_t *moved)
 {
 	struct wsd_session *ss;
 	struct wsd_chan *ch;
@@ -534,9 +569,15 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	ws = procs.lpWSPSocket(to->ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
 	if (ws == INVALID_SOCKET)
 		return NULL;
-	/* only the process that holds the TCP listener may take this over (shm) */
+	/*
+	 * only the process that holds the TCP listener may take this over
+	 * (shm): the connection's port, when we dial a registry on another
+	 */
 	if (procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_TCP_LISTENER, &(int){ 1 }, sizeof(int),
 				  &err) ||
+	    procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_TCP_PORT,
+				  &(int){ key->port == t->server.port ? 0 : t->server.port },
+				  sizeof(int), &err) ||
 	    procs.lpWSPConnect(ws, (const struct sockaddr *)to, tolen, &caller, NULL, NULL,
 			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
@@ -569,6 +610,7 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 			wsd_debug("switch: the peer's answer: %s", bad);
 		/* a well-formed REFUSE gives the peer's reason, anything else protocol */
 		*why = !e && a.reason < R_NREASONS ? (enum wsd_reason)a.reason : R_PROTOCOL;
+		*moved = *why == R_MOVED ? a.seg : 0;
 		return NULL;
 	}
 	wsd_session_peer(ss, &a);
@@ -577,19 +619,29 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	return ss;
 }
 
-/* A new channel for s's connection. */
+/*
+ * A new channel for s's connection, or an OPEN on one we have: with the
+ * registry of the peer's port, or of the process it said has the
+ * connection (moved_port, wsd-protocol(7) "Servers that fork").
+ */
 static void client_upgrade(struct wsd_sock *s)
 {
 	struct sockaddr_storage to;
+	struct wsd_stat_addr key;
 	struct wsd_session *ss;
 	struct wsd_chan *ch;
 	struct wsd_tuple t;
 	enum wsd_reason why;
 	socklen_t tolen;
+	uint32_t moved;
 
 	if (!client_tuple(s, &t))
 		return;
-	ch = wsd_chan_find(&s->stat->peer);
+again:
+	key = s->stat->peer;
+	if (s->moved_port)
+		key.port = s->moved_port;
+	ch = wsd_chan_find(&key);
 	if (ch) {
 		client_open(s, ch, &t);
 		wsd_chan_put(ch);
@@ -598,10 +650,14 @@ static void client_upgrade(struct wsd_sock *s)
 	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes()))
 		return fail(s, R_RESOURCES);
 	tolen = peer_addr(s, &to);
-	if (!(ss = new_channel(&to, tolen, &s->stat->peer, &t, &s->closed, &why))) {
-		if (why == R_SHARED)
-			probe_shared(&s->stat->peer);
-		return fail(s, why);
+	if (to.ss_family == AF_INET)
+		((struct sockaddr_in *)&to)->sin_port = htons(key.port);
+	else
+		((struct sockaddr_in6 *)&to)->sin6_port = htons(key.port);
+	if (!(ss = new_channel(&to, tolen, &key, &t, &s->closed, &why, &moved))) {
+		if (follow(s, why, moved) == R_MOVED)
+			goto again;   /* that process's registry, at once */
+		return fail(s, why == R_MOVED ? R_PROTOCOL : why);
 	}
 	wsd_session_attach(s, ss);
 	wsd_debug("switch: fd %d upgraded at %lld ms, channel %u", s->fd, (long long)wsd_now_ms(),
@@ -631,7 +687,7 @@ static enum wsd_reason client_channel(const struct probe_job *p)
 	else if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes()))
 		why = R_RESOURCES;
 	else
-		ss = new_channel(&p->to, p->tolen, &p->key, &t, NULL, &why);
+		ss = new_channel(&p->to, p->tolen, &p->key, &t, NULL, &why, &(uint32_t){ 0 });
 	if (!ss) {
 		wsd_debug("switch: no channel made ahead: %s", wsd_reason_name(why));
 		return why;
@@ -693,7 +749,6 @@ void wsd_upgrade_prestart(void)
 static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 {
 	const struct wsd_switch_params *p;
-	struct job *j;
 	int expect = UP_NONE;
 	uint64_t now;
 
@@ -777,10 +832,17 @@ static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 	}
 	if (s->chan_known && client_open_now(s, at_connect))
 		return;
-	if (!(j = calloc(1, sizeof(*j)))) {
+	if (!queue_job(s))
 		fail(s, R_PROVIDER);
-		return;
-	}
+}
+
+/* s's upgrade (UP_QUEUED) for the worker; false if it could not be queued. */
+static bool queue_job(struct wsd_sock *s)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return false;
 	wsd_sock_hold(s);
 	j->s = s;
 	pthread_mutex_lock(&up_lock);
@@ -788,14 +850,14 @@ static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 		pthread_mutex_unlock(&up_lock);
 		wsd_sock_put(s);
 		free(j);
-		fail(s, R_PROVIDER);
-		return;
+		return false;
 	}
 	wsd_debug("switch: fd %d upgrade queued at %lld ms", s->fd, (long long)wsd_now_ms());
 	*jobs_tail = j;
 	jobs_tail = &j->next;
 	pthread_cond_signal(&jobs_cv);
 	pthread_mutex_unlock(&up_lock);
+	return true;
 }
 
 /* A channel to make ahead, for the worker (probe.c decided). false: not queued. */

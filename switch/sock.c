@@ -115,6 +115,8 @@ static int accepted(int lfd, int fd, int flags)
 		s->nodelay_known = true;
 		s->app_nodelay = l->app_nodelay;
 	}
+	if (s && l->side_port)
+		wsd_upgrade_side_accepted(l, s);   /* before a request for it can come */
 	wsd_sock_put(l);
 	if (s) {
 		s->nonblock = flags & SOCK_NONBLOCK;

@@ -131,6 +131,7 @@ enum wsd_reason {
 	R_BYPASS,          /* a byte moved by a call the switch did not see: reset */
 	R_RESOURCES,       /* descriptors or memory near the program's limits */
 	R_SHARED,          /* the peer's listener is shared with processes it forked */
+	R_MOVED,           /* ...and one of those has the connection: ask its registry */
 	R_NREASONS
 };
 
@@ -161,6 +162,7 @@ static inline const char *wsd_reason_name(unsigned r)
 		[R_BYPASS] = "bypass",
 		[R_RESOURCES] = "resources",
 		[R_SHARED] = "shared",
+		[R_MOVED] = "moved",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
 
@@ -176,6 +178,8 @@ enum { DIR_TCP = 0, DIR_DRAIN, DIR_RING, DIR_PROOF, DIR_PROV };
 
 struct wsd_session;
 
+struct wsd_reg_page;   /* accept.c */
+
 struct wsd_sock {
 	_Atomic int refs;            /* fds naming it, plus temporary holders */
 	_Atomic int nfds;            /* fds naming it */
@@ -189,12 +193,21 @@ struct wsd_sock {
 	bool reg_lost;
 	int64_t reg_try_ms;
 	/*
-	 * Its registration's count of processes that accepted on it besides
-	 * the registering one, in a page a fork child shares (accept.c);
-	 * reg_counted once this process is among them.
+	 * Its registration's page, which a fork child shares (accept.c): the
+	 * count of processes that accepted on it besides the registering one
+	 * (reg_counted once this process is among them), and which process's
+	 * registry each connection they accepted is to be asked of.
 	 */
-	_Atomic uint32_t *reg_count;
+	struct wsd_reg_page *reg_page;
 	bool reg_counted;
+	/*
+	 * A fork child's registry of its own for the connections it accepts
+	 * on this listener while its parent keeps the port's: the provider
+	 * port it took (0: none).
+	 */
+	uint16_t side_port;
+	/* a connection whose peer's registry said another process has it: that one's port */
+	uint16_t moved_port;
 	bool nonblock;               /* O_NONBLOCK on the open file description */
 	bool connected_side;         /* created by connect (the side that upgrades) */
 	bool chan_looked, chan_known;   /* a channel to the peer: looked for, found */
@@ -490,6 +503,8 @@ void wsd_upgrade_listen(struct wsd_sock *s);
 void wsd_upgrade_unlisten(struct wsd_sock *s);
 /* An accept on l, a listener inherited at fork: a registry of this process's own, maybe. */
 void wsd_upgrade_relisten(struct wsd_sock *l);
+/* s accepted on l, which has a registry of this fork child's own (side_port): noted. */
+void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s);
 /* Set in a fork child that inherited a listener: accepts look for reg_lost only then. */
 extern bool wsd_listeners_inherited;
 /* accept() made s: attach a handshake that arrived first. */

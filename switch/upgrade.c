@@ -242,15 +242,21 @@ enum wsd_path path_of(SOCKET ws)
 	return !strcmp(name, "verbs") ? PATH_VERBS : PATH_SHM;
 }
 
-void refuse(SOCKET ws, enum wsd_reason why)
+/* port: a moved refusal's (wsd-protocol(7), Servers that fork), else 0 */
+void refuse_port(SOCKET ws, enum wsd_reason why, uint16_t port)
 {
 	struct wsd_hello h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
-			       .kind = MSG_REFUSE, .reason = why };
+			       .kind = MSG_REFUSE, .reason = why, .seg = port };
 	int err;
 
 	wsd_stat_refused(why);
 	send_msg(ws, &h);
 	procs.lpWSPCloseSocket(ws, &err);
+}
+
+void refuse(SOCKET ws, enum wsd_reason why)
+{
+	refuse_port(ws, why, 0);
 }
 
 struct wsd_chmsg decline_msg(uint64_t req, enum wsd_reason why)
@@ -297,6 +303,7 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 		s->reg_lost = true;   /* the registry is the parent's: ours at an accept */
 		s->reg_try_ms = 0;
 		s->reg_counted = false;
+		s->side_port = 0;   /* the parent's own registry, if any: not ours */
 	}
 	if (s->sess) {
 		s->sess->ws = INVALID_SOCKET;   /* the parent's: not ours to close */

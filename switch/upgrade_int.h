@@ -61,6 +61,7 @@ enum wsd_path path_of(SOCKET ws);
 /* The process at ws's other end, as the kernel named it (shm), is pid (the one its HELLO gave). */
 bool peer_pid_is(SOCKET ws, uint32_t pid);
 void refuse(SOCKET ws, enum wsd_reason why);
+void refuse_port(SOCKET ws, enum wsd_reason why, uint16_t port);
 void decline(struct wsd_chan *ch, uint64_t req, enum wsd_reason why);
 /* The DECLINE of request req, for reason why (a message, or a mailbox entry's answer). */
 struct wsd_chmsg decline_msg(uint64_t req, enum wsd_reason why);

@@ -25,6 +25,20 @@ static bool all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
+/* A refusal's fields past its reason: zero, but a moved one's port in seg. */
+static bool refusal_fields_ok(const struct wsd_hello *h)
+{
+	struct wsd_hello c = *h;
+
+	if (h->reason == WSD_REASON_MOVED) {
+		if (c.seg == 0 || c.seg > 65535)
+			return false;
+		c.seg = 0;
+	}
+	return all_zero((const uint8_t *)&c + offsetof(struct wsd_hello, ring_size),
+			sizeof(c) - offsetof(struct wsd_hello, ring_size));
+}
+
 /* ---- handshake ------------------------------------------------------------------ */
 
 int wsd_wire_hello_check(const struct wsd_hello *h, uint16_t kind, const char **why)
@@ -40,8 +54,7 @@ int wsd_wire_hello_check(const struct wsd_hello *h, uint16_t kind, const char **
 		if (h->reason == 0)
 			return bad(why, "handshake: REFUSE without a reason");
 		/* "its other fields are zero": all of the message past the reason */
-		if (!all_zero((const uint8_t *)h + offsetof(struct wsd_hello, ring_size),
-			      sizeof(*h) - offsetof(struct wsd_hello, ring_size)))
+		if (!refusal_fields_ok(h))
 			return bad(why, "handshake: REFUSE with fields set");
 		return 0;
 	}
@@ -98,9 +111,7 @@ int wsd_wire_chmsg_check(const struct wsd_chmsg *m, const char **why)
 	case MSG_DECLINE:
 		if (h->reason == 0 || h->reason >= 256)
 			return bad(why, "channel: DECLINE without a reason");
-		if (!all_zero((const uint8_t *)h + offsetof(struct wsd_hello, ring_size),
-			      sizeof(*h) - offsetof(struct wsd_hello, ring_size)) ||
-		    !all_zero((const uint8_t *)&m->t, sizeof(m->t)))
+		if (!refusal_fields_ok(h) || !all_zero((const uint8_t *)&m->t, sizeof(m->t)))
 			return bad(why, "channel: DECLINE with fields set");
 		return 0;
 	case MSG_SHUT:

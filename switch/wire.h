@@ -25,8 +25,13 @@
 #include "switch/stat.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 9u
+#define WSD_PROTO_VERSION 10u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
+/*
+ * The one refusal that carries a field: "moved", the process that holds
+ * the connection has a registry of its own, on the port in seg (1-65535).
+ */
+#define WSD_REASON_MOVED  19u
 #define WSD_NONCE         16u           /* bytes of a handshake's challenge */
 
 /*

@@ -524,7 +524,7 @@ static pid_t owner_connector(uint16_t port, nd_status want)
 
 		alarm(20);
 		tside_open(&c, NULL);
-		wsd_ep_owner_check(c.ep, true);
+		wsd_ep_owner_check(c.ep, true, 0);
 		ns = nd_ep_connect(c.ep, (struct sockaddr *)&sa, sizeof(sa), NULL, 0, 5000);
 		if (ns != want)
 			fprintf(stderr, "connect asking for the owner check: %s\n", nd_strstatus(ns));

@@ -49,6 +49,18 @@ START_TEST(hello_valid)
 	VALID(wsd_wire_hello_check(&f, MSG_ACCEPT, &why));
 	f.reason = 0xffffffffu;
 	VALID(wsd_wire_hello_check(&f, MSG_ACCEPT, &why));
+	/* moved: the one refusal with a field, the port of the registry to ask */
+	f.seg = 40000;
+	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
+	f.reason = WSD_REASON_MOVED;
+	VALID(wsd_wire_hello_check(&f, MSG_ACCEPT, &why));
+	f.seg = 0;
+	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
+	f.seg = 65536;
+	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
+	f.seg = 40000;
+	f.pid = 7;
+	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
 	/* shm: a pid and its memfd's descriptor */
 	h.pid = 4242;
 	h.region_fd = 0;
@@ -198,6 +210,13 @@ START_TEST(chmsg_checks)
 	z.h.reason = 10;
 	VALID(wsd_wire_chmsg_check(&z, &why));
 	z.h.key = 1;
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
+	z.h.key = 0;
+	z.h.seg = 40000;
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
+	z.h.reason = WSD_REASON_MOVED;
+	VALID(wsd_wire_chmsg_check(&z, &why));
+	z.h.seg = 0;
 	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
 
 	memset(&z, 0, sizeof(z));

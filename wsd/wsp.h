@@ -121,6 +121,12 @@ typedef void (*LPWSAOVERLAPPED_COMPLETION_ROUTINE)(uint32_t error, uint32_t byte
  * when the connection was made (shm); verbs cannot know it (WSAENOPROTOOPT).
  */
 #define SO_WSP_PEER_PID         0x7101
+/*
+ * Connecting socket: the TCP port the SO_WSP_TCP_LISTENER check asks about
+ * in place of the port dialled (0, the default: the port dialled), for a
+ * listener that serves a TCP port other than its own (a fork child's).
+ */
+#define SO_WSP_TCP_PORT         0x7102
 
 #define SD_RECEIVE 0
 #define SD_SEND    1

@@ -294,7 +294,7 @@ int WSPConnect(SOCKET h, const struct sockaddr *name, socklen_t len, const WSABU
 	e = make_endpoint(s);
 	if (e)
 		return fail_with(s, e, err);
-	wsd_ep_owner_check(s->ep, s->tcp_listener > 0);
+	wsd_ep_owner_check(s->ep, s->tcp_listener > 0, (uint16_t)s->tcp_port);
 	st = nd_ep_connect(s->ep, name, len, caller ? caller->buf : NULL, caller ? caller->len : 0,
 			   CONNECT_TIMEOUT_MS);
 	if (st != ND_SUCCESS) {
@@ -405,6 +405,9 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 	case SO_WSP_TCP_LISTENER:
 		v = s->tcp_listener;
 		break;
+	case SO_WSP_TCP_PORT:
+		v = s->tcp_port;
+		break;
 	case SO_WSP_PEER_PID:
 		pthread_mutex_lock(&s->pv->lock);
 		v = s->state == S_CONNECTED && s->ep ? (int)s->ep->peer_pid : 0;
@@ -458,6 +461,12 @@ int WSPSetSockOpt(SOCKET h, int level, int name, const void *val, socklen_t len,
 		e = set_tcp_listener(s, v);
 		if (e)
 			return fail_with(s, e, err);
+		break;
+	case SO_WSP_TCP_PORT:
+		/* read at the connect: a connection made is past it */
+		if (v < 0 || v > 65535 || s->state == S_CONNECTED || s->state == S_CLOSED)
+			return fail_with(s, WSAEINVAL, err);
+		s->tcp_port = v;
 		break;
 	default:
 		return fail_with(s, WSAENOPROTOOPT, err);

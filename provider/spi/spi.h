@@ -76,6 +76,7 @@ struct wsp_socket {
 	int fail;                        /* why the connection ended (WSA code), 0 while up */
 	uint32_t rdma_threshold;
 	int tcp_listener;                /* SO_WSP_TCP_LISTENER; -1 when not set */
+	int tcp_port;                    /* SO_WSP_TCP_PORT; 0: the port dialled */
 	struct wsd_port *port;
 	uintptr_t key;
 	struct wsp_req *reqs;

@@ -26,6 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    h.kind != kind || h.ring_size < WIRE_RING_MIN || h.ring_size > WIRE_RING_MAX ||
 		    (h.ring_size & (h.ring_size - 1)) || !(h.key & 1))
 			abort();
+		/* a refusal's one field: a moved one's port */
+		if (h.kind == MSG_REFUSE && (h.reason == WSD_REASON_MOVED ? !h.seg || h.seg > 65535 :
+					     h.seg != 0))
+			abort();
 	}
 	return 0;
 }
