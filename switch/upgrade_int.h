@@ -60,6 +60,33 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone)
 enum wsd_path path_of(SOCKET ws);
 /* The process at ws's other end, as the kernel named it (shm), is pid (the one its HELLO gave). */
 bool peer_pid_is(SOCKET ws, uint32_t pid);
+/*
+ * registry.c: the registry of t's port is shared with fork children
+ * (false if not; else *moved, the port of the child's own registry that
+ * noted t's connection, or 0); this process has a child's own registry for
+ * port; the registrations after fork, in the child.
+ */
+bool registry_shared(const struct wsd_tuple *t, uint16_t *moved);
+bool registry_side(uint16_t port);
+void registry_atfork_child(void);
+/*
+ * connect.c: the connection stays on TCP, or is asked again (busy,
+ * shared, moved), for why; a refusal's moved port followed (once).
+ */
+void connect_fail(struct wsd_sock *s, enum wsd_reason why);
+enum wsd_reason connect_follow(struct wsd_sock *s, enum wsd_reason why, uint32_t port);
+/*
+ * open.c: s's upgrade as an OPEN message on ch; or posted in a grant of
+ * the peer's mailbox (shm), false when there is none; fork, in the child.
+ */
+void open_send(struct wsd_sock *s, struct wsd_chan *ch, const struct wsd_tuple *t);
+bool open_post(struct wsd_sock *s, struct wsd_chan *ch, const struct wsd_tuple *t);
+/* s's posted OPEN: its answer taken if there (spin: waited for, and given up in time) */
+void open_box_wait(struct wsd_sock *s, bool spin, bool to_tcp);
+void open_atfork_child(void);
+/* accept.c: a request an acceptor took, its HELLO awaited on a thread of its own */
+void accept_handshake(SOCKET ws, const struct wsd_tuple *t);
+
 void refuse(SOCKET ws, enum wsd_reason why);
 void refuse_port(SOCKET ws, enum wsd_reason why, uint16_t port);
 void decline(struct wsd_chan *ch, uint64_t req, enum wsd_reason why);

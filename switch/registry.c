@@ -1,0 +1,479 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The registrations of the ports this process listens on (wsd-protocol(7),
+ * "Transport and registry", "Servers that fork"): a provider listener and
+ * an acceptor thread per port, whose requests accept.c answers; the page
+ * a registration shares with the fork children that inherit its listener,
+ * where they count themselves and note the connections they accept; and
+ * the registry of a fork child's own, for those connections, beside its
+ * parent's.  up_lock guards the list.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "provider/engine.h"
+#include "provider/internal.h"
+#include "switch/upgrade_int.h"
+
+/*
+ * A registration's page, shared with the fork children that inherit its
+ * listener (MAP_SHARED): they count themselves in it at their first
+ * accept, and one that opened a registry of its own (its parent keeps the
+ * port's) notes there each connection it accepts, so that the port's
+ * registry can send a request for it on (R_MOVED).  Only the processes of
+ * one program write it; a slot is one 64-bit store: the tuple's hash in
+ * the high 48 bits, the child's registry port in the low 16.  A later
+ * connection with the same slot overwrites: its request is then answered
+ * shared and asked again, or stays on TCP.
+ */
+#define REG_SLOTS 511
+
+struct wsd_reg_page {
+	_Atomic uint32_t count;
+	uint32_t pad;
+	_Atomic uint64_t slot[REG_SLOTS];
+};
+_Static_assert(sizeof(struct wsd_reg_page) == 4096, "the registration's page is one page");
+
+struct reg {
+	struct reg *next;
+	uint16_t port;
+	int refs;
+	SOCKET ls;
+	/*
+	 * When the last listener on the port closed (ms clock), or 0.  The
+	 * registry stays a while after: connections accepted before the close
+	 * upgrade later (one-shot servers close the listener at once).
+	 */
+	_Atomic int64_t closed_at;
+	/*
+	 * Processes that accept on its listener besides this one: fork
+	 * children count themselves at their first accept, in a page they
+	 * share with us (MAP_SHARED).  Over `self` (1 when we took the
+	 * registration over from a parent, having counted ourselves), the
+	 * listener is shared: a connection we have not accepted is likely in
+	 * another's hands, so a request we find no connection for is answered
+	 * R_SHARED at once (R_MOVED when a child noted it in the page), and
+	 * no channel is made ahead nor mailbox granted.
+	 */
+	struct wsd_reg_page *page;
+	uint32_t self;
+	bool own_page;               /* a page of ours, unmapped with the registry */
+	/*
+	 * A fork child's own registry, for the connections it accepts on port
+	 * while its parent keeps the port's: the provider port it listens on,
+	 * held in TCP by side_fd (bound, never listening) so that no server
+	 * that will listen on it finds the name taken.  0 and -1 otherwise.
+	 */
+	uint16_t side_port;
+	int side_fd;
+};
+
+#define REG_GRACE_MS 10000
+
+/* What the acceptor's condition function learnt of the request it took. */
+struct acceptor_req {
+	uint16_t port;               /* the registry's */
+	struct wsd_tuple t;
+};
+
+
+static struct reg *regs;
+static pid_t fork_parent;            /* in a fork child: the process that forked it */
+
+/* FNV-1a over what same() compares of the connection's two ends. */
+static uint64_t tuple_hash(const struct wsd_stat_addr *client, const struct wsd_stat_addr *server)
+{
+	const struct wsd_stat_addr *e[2] = { client, server };
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (int i = 0; i < 2; i++) {
+		uint8_t b[19] = { e[i]->family, (uint8_t)(e[i]->port >> 8), (uint8_t)e[i]->port };
+		size_t n = 3 + (e[i]->family == AF_INET ? 4 : 16);
+
+		memcpy(b + 3, e[i]->addr, n - 3);
+		for (size_t k = 0; k < n; k++)
+			h = (h ^ b[k]) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+#define SLOT_TAG 0xffffffffffff0000ull
+_Static_assert(R_MOVED == WSD_REASON_MOVED, "the wire's moved");
+
+/*
+ * The registry of t's port is shared (struct reg): false if not; else
+ * true, and *moved the port of the registry of the child that noted t's
+ * connection, or 0.  A child's own registry is never shared.
+ */
+bool registry_shared(const struct wsd_tuple *t, uint16_t *moved)
+{
+	bool shared = false;
+
+	*moved = 0;
+	pthread_mutex_lock(&up_lock);
+	for (struct reg *r = regs; r; r = r->next)
+		if (r->port == t->server.port && !r->side_port) {
+			shared = r->page && atomic_load(&r->page->count) > r->self;
+			if (shared && t->client.family) {
+				uint64_t h = tuple_hash(&t->client, &t->server);
+				uint64_t v = atomic_load(&r->page->slot[h % REG_SLOTS]);
+
+				if (v && (v & SLOT_TAG) == (h & SLOT_TAG))
+					*moved = (uint16_t)v;
+			}
+			break;
+		}
+	pthread_mutex_unlock(&up_lock);
+	return shared;
+}
+
+/* A child's own registry for its port (struct reg, side_port), or none (false). */
+bool registry_side(uint16_t port)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&up_lock);
+	for (struct reg *r = regs; r && !found; r = r->next)
+		found = r->port == port && r->side_port;
+	pthread_mutex_unlock(&up_lock);
+	return found;
+}
+
+/*
+ * The acceptor's condition function: a request is taken only when its
+ * connect data names a TCP connection to this listener's port.  Another
+ * version of the protocol is taken too, to be told so (take_hello).
+ */
+static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *gqos,
+		      WSABUF *callee_id, WSABUF *callee_data, unsigned *g, uintptr_t arg)
+{
+	struct acceptor_req *a = (struct acceptor_req *)arg;
+
+	(void)caller_id; (void)sqos; (void)gqos; (void)callee_id; (void)g;
+	const char *why;
+
+	callee_data->len = 0;
+	/* another version is taken, to be refused with reason protocol (take_hello) */
+	if ((wsd_wire_tuple_check(caller_data ? caller_data->buf : NULL,
+				  caller_data ? caller_data->len : 0, &a->t, &why) == -EPROTO) ||
+	    a->t.server.port != a->port) {
+		wsd_debug("switch: a connect request refused: %s", a->t.server.port != a->port ?
+			  "tuple: not this port" : why);
+		wsd_stat_refused(R_PROTOCOL);
+		return CF_REJECT;
+	}
+	return CF_ACCEPT;
+}
+
+static void reg_free(struct reg *r)
+{
+	if (r->own_page)
+		munmap(r->page, sizeof(*r->page));
+	if (r->side_fd >= 0) {
+		wsd_fd_named(r->side_fd, false);
+		real.close(r->side_fd);
+	}
+	free(r);
+}
+
+static void *acceptor(void *arg)
+{
+	struct reg *r = arg;
+	struct acceptor_req a = { .port = r->port };
+	int err;
+
+	for (;;) {
+		SOCKET ws;
+		int64_t closed;
+
+		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_idle) */
+		ws = procs.lpWSPAccept(r->ls, NULL, NULL, on_request, (uintptr_t)&a, &err);
+		atomic_fetch_add(&wsd_threads_busy, 1);
+		closed = atomic_load(&r->closed_at);
+
+		if (closed && wsd_now_ms() - closed > REG_GRACE_MS) {
+			struct reg **pp;
+			bool gone = false;
+
+			pthread_mutex_lock(&up_lock);
+			if (atomic_load(&r->closed_at)) {   /* not revived meanwhile */
+				for (pp = &regs; *pp; pp = &(*pp)->next)
+					if (*pp == r) {
+						*pp = r->next;
+						break;
+					}
+				gone = true;
+			}
+			pthread_mutex_unlock(&up_lock);
+			if (gone) {
+				if (ws != INVALID_SOCKET)
+					refuse(ws, R_REFUSED);
+				break;
+			}
+		}
+		if (ws == INVALID_SOCKET) {
+			if (err == WSAENETDOWN || err == WSAENOTSOCK)
+				break;
+			continue;
+		}
+		accept_handshake(ws, &a.t);
+	}
+	procs.lpWSPCloseSocket(r->ls, &err);
+	reg_free(r);
+	atomic_fetch_sub(&wsd_threads_busy, 1);
+	return NULL;
+}
+
+/* s listens: a registry for its port, made or taken; false if none. */
+static bool reg_open(struct wsd_sock *s)
+{
+	struct sockaddr_storage a;
+	socklen_t al = sizeof(a);
+	/*
+	 * The registry takes the listener's family: an IPv6 wildcard takes
+	 * IPv4 requests too (rdma_cm, as TCP, unless bindv6only), as the
+	 * program's IPv6 socket takes IPv4 connections.
+	 */
+	struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+	struct sockaddr_in any4 = { .sin_family = AF_INET };
+	struct wsd_stat_addr sa;
+	struct reg *r;
+	int err;
+	bool ok = false;
+
+	s->listening = true;
+	if (getsockname(s->fd, (struct sockaddr *)&a, &al))
+		return false;
+	to_addr(&a, &sa);
+	wsd_stat_begin(s->stat);
+	s->stat->local = sa;
+	s->stat->listening = 1;
+	s->stat->reason = R_LISTENER;
+	wsd_stat_end(s->stat);
+	if (!wsd_switch_params()->enabled)
+		return false;
+	if (!wsd_guard_room(START_FDS, 0)) {
+		set_reason(s, R_RESOURCES);
+		wsd_debug("switch: the listener on port %u stays plain: near the descriptor limit",
+			  sa.port);
+		return false;
+	}
+	if (!wsd_spi())
+		return false;
+	pthread_mutex_lock(&up_lock);
+	for (r = regs; r; r = r->next)
+		if (r->port == sa.port && !r->side_port)
+			break;
+	if (r) {
+		r->refs++;
+		s->reg_page = r->page;
+		atomic_store(&r->closed_at, 0);
+		pthread_mutex_unlock(&up_lock);
+		return true;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		goto out;
+	r->port = sa.port;
+	r->refs = 1;
+	r->side_fd = -1;
+	if (s->reg_lost && s->reg_page) {
+		/* a fork child's: its parent's page, where its siblings count too */
+		r->page = s->reg_page;
+		r->self = s->reg_counted;
+	} else {
+		r->page = mmap(NULL, sizeof(*r->page), PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (r->page == MAP_FAILED)
+			r->page = NULL;   /* never shared: as before fork children counted */
+		r->own_page = r->page != NULL;
+	}
+	r->ls = procs.lpWSPSocket(a.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	any4.sin_port = any6.sin6_port = htons(sa.port);
+	if (r->ls == INVALID_SOCKET ||
+	    procs.lpWSPBind(r->ls, a.ss_family == AF_INET6 ? (struct sockaddr *)&any6
+							  : (struct sockaddr *)&any4,
+			    a.ss_family == AF_INET6 ? sizeof(any6) : sizeof(any4), &err) ||
+	    /* connectors check that we hold this TCP listener (wsd-protocol(7)) */
+	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_TCP_LISTENER, &s->fd, sizeof(s->fd),
+				  &err) ||
+	    procs.lpWSPListen(r->ls, 128, &err)) {
+		/* another process has this port's registry (SO_REUSEPORT): stay plain */
+		wsd_debug("switch: no registry for port %u (%d)", sa.port, err);
+		if (r->ls != INVALID_SOCKET)
+			procs.lpWSPCloseSocket(r->ls, &err);
+		reg_free(r);
+		goto out;
+	}
+	if (wsd_thread_start(acceptor, r, true)) {
+		procs.lpWSPCloseSocket(r->ls, &err);
+		reg_free(r);
+	} else {
+		r->next = regs;
+		regs = r;
+		ok = true;
+		s->reg_page = r->page;
+	}
+out:
+	pthread_mutex_unlock(&up_lock);
+	return ok;
+}
+
+void wsd_upgrade_listen(struct wsd_sock *s)
+{
+	(void)reg_open(s);
+}
+
+/*
+ * A fork child that accepts on l while its parent keeps the port's
+ * registry: a registry of its own, on a provider port that a TCP socket
+ * of ours holds (bound, wildcard, never listening: no server can want it
+ * then), naming l to connectors, who check that we hold l's port
+ * (SO_WSP_TCP_PORT).  The connections we accept are noted in the page
+ * (wsd_upgrade_side_accepted), where the port's registry looks to send
+ * their requests here.
+ */
+static uint16_t side_open(struct wsd_sock *l)
+{
+	struct sockaddr_storage a = { .ss_family = (sa_family_t)l->family };
+	socklen_t al = l->family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+					       sizeof(struct sockaddr_in);
+	struct wsd_stat_addr sa;
+	struct reg *r = calloc(1, sizeof(*r));
+	int err;
+
+	if (!r)
+		return 0;
+	r->port = l->stat->local.port;
+	r->refs = 1;
+	r->side_fd = real.socket(l->family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (r->side_fd < 0 || real.bind(r->side_fd, (struct sockaddr *)&a, al) ||
+	    getsockname(r->side_fd, (struct sockaddr *)&a, &al))
+		goto fail;
+	wsd_fd_named(r->side_fd, true);   /* a child of ours takes a port of its own */
+	to_addr(&a, &sa);
+	r->side_port = sa.port;
+	r->ls = procs.lpWSPSocket(l->family, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	if (r->ls == INVALID_SOCKET ||
+	    procs.lpWSPBind(r->ls, (struct sockaddr *)&a, al, &err) ||
+	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_TCP_LISTENER, &l->fd, sizeof(l->fd),
+				  &err) ||
+	    procs.lpWSPListen(r->ls, 128, &err)) {
+		if (r->ls != INVALID_SOCKET)
+			procs.lpWSPCloseSocket(r->ls, &err);
+		goto fail;
+	}
+	pthread_mutex_lock(&up_lock);
+	if (wsd_thread_start(acceptor, r, true)) {
+		pthread_mutex_unlock(&up_lock);
+		procs.lpWSPCloseSocket(r->ls, &err);
+		goto fail;
+	}
+	r->next = regs;
+	regs = r;
+	pthread_mutex_unlock(&up_lock);
+	wsd_debug("switch: a registry of our own for port %u, on %u", r->port, r->side_port);
+	return sa.port;
+fail:
+	wsd_debug("switch: no registry of our own for port %u", r->port);
+	if (r->side_fd >= 0) {
+		wsd_fd_named(r->side_fd, false);
+		real.close(r->side_fd);
+	}
+	free(r);
+	return 0;
+}
+
+void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s)
+{
+	uint64_t h;
+
+	if (!wsd_stat_own(s->stat) || learn_tuple(s))
+		return;
+	h = tuple_hash(&s->stat->peer, &s->stat->local);
+	atomic_store(&l->reg_page->slot[h % REG_SLOTS], (h & SLOT_TAG) | l->side_port);
+}
+
+/*
+ * An accept on a listener a fork child inherited (reg_lost): the parent's
+ * registry does not see our connections (and a fork child holds none of
+ * it: the provider closed its copy), so count ourselves among those that
+ * accept on it (the registry is shared from now on), and ask for one of
+ * our own.  Its name is free when the parent closed its listener or
+ * exited (a server that forks and exits, a daemon).  Taken: asked again
+ * after RELISTEN_MS.
+ */
+#define RELISTEN_MS 1000
+#define RELISTEN_WAIT_MS 256
+
+void wsd_upgrade_relisten(struct wsd_sock *l)
+{
+	int64_t now = wsd_now_ms();
+
+	pthread_mutex_lock(&l->mu);
+	if (!l->reg_lost || now < l->reg_try_ms) {
+		pthread_mutex_unlock(&l->mu);
+		return;
+	}
+	l->reg_try_ms = now + RELISTEN_MS;
+	if (!l->reg_counted && l->reg_page) {
+		atomic_fetch_add(&l->reg_page->count, 1);
+		l->reg_counted = true;
+	}
+	pthread_mutex_unlock(&l->mu);
+	/*
+	 * A parent gone (a daemon's) frees the name once the kernel has
+	 * ended its io_uring requests, a little after its exit: wait for
+	 * that, RELISTEN_WAIT_MS at most, once.  A parent that keeps it (a
+	 * server that forks its workers): a registry of our own beside it,
+	 * once, and the name asked for again later.
+	 */
+	for (int ms = 1; !reg_open(l); ms *= 2) {
+		if (getppid() == fork_parent) {
+			uint16_t side = !l->side_port && l->reg_page ? side_open(l) : 0;
+
+			if (side) {
+				pthread_mutex_lock(&l->mu);
+				l->side_port = side;
+				pthread_mutex_unlock(&l->mu);
+			}
+			return;
+		}
+		if (ms > RELISTEN_WAIT_MS)
+			return;
+		real.poll(NULL, 0, ms);
+	}
+	pthread_mutex_lock(&l->mu);
+	l->reg_lost = false;
+	pthread_mutex_unlock(&l->mu);
+}
+
+void wsd_upgrade_unlisten(struct wsd_sock *s)
+{
+	struct reg **pp, *r;
+
+	if (!s->listening)
+		return;
+	pthread_mutex_lock(&up_lock);
+	/* the port's registry and a child's own, both */
+	for (pp = &regs; (r = *pp); pp = &r->next) {
+		if (r->port != s->stat->local.port || (r->side_port && r->side_port != s->side_port))
+			continue;
+		if (r->refs > 0 && --r->refs == 0)
+			atomic_store(&r->closed_at, wsd_now_ms());   /* the acceptor ends it */
+	}
+	pthread_mutex_unlock(&up_lock);
+}
+
+/* fork, in the child: no acceptor threads; the registrations are the parent's. */
+void registry_atfork_child(void)
+{
+	fork_parent = getppid();
+	regs = NULL;
+}
