@@ -183,10 +183,7 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 		 * its peer's first-byte OPENs could name connections of another
 		 * process; and none come to a child's own registry
 		 */
-		uint16_t moved;
-		struct wsd_tuple lt = { .server = s->stat->local };
-
-		if (registry_shared(&lt, &moved) || registry_side(s->stat->local.port))
+		if (!registry_boxes(s->stat->local.port))
 			wsd_chan_no_box(ch);
 		wsd_chan_start(ch, q->h->pid);
 		wsd_chan_put(ch);   /* the session holds it */
@@ -270,7 +267,7 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 	 * takes them the other way.
 	 */
 	if (!f.found)
-		shared = registry_shared(t, &moved);
+		moved = registry_moved(t->server.port, t, &shared);
 	if (!f.found && !shared) {
 		pending_expire((uint64_t)wsd_now_ms(), &old);
 		full = q->ch ? npending - npending_ws >= MAX_PENDING_OPENS :
@@ -317,13 +314,15 @@ static void take_channel(SOCKET ws, const struct wsd_hello *h, uint16_t port)
 	struct wsd_hello a = { 0 };
 	struct wsd_session *ss;
 	struct wsd_chan *ch;
+	bool shared;
 
 	if (path_of(ws) != PATH_SHM || !peer_pid_is(ws, h->pid)) {
 		refuse(ws, R_UNSUPPORTED);
 		return;
 	}
 	/* its later connections may come to another process: none would use it */
-	if (registry_shared(&(struct wsd_tuple){ .server = { .port = port } }, &(uint16_t){ 0 })) {
+	(void)registry_moved(port, NULL, &shared);
+	if (shared) {
 		refuse(ws, R_SHARED);
 		return;
 	}

@@ -266,9 +266,10 @@ again:
 	else
 		((struct sockaddr_in6 *)&to)->sin6_port = htons(key.port);
 	if (!(ss = new_channel(&to, tolen, &key, &t, &s->closed, &why, &moved))) {
-		if (connect_follow(s, why, moved) == R_MOVED)
+		why = connect_follow(s, why, moved);
+		if (why == R_MOVED)
 			goto again;   /* that process's registry, at once */
-		return connect_fail(s, why == R_MOVED ? R_PROTOCOL : why);
+		return connect_fail(s, why);
 	}
 	wsd_session_attach(s, ss);
 	wsd_debug("switch: fd %d upgraded at %lld ms, channel %u", s->fd, (long long)wsd_now_ms(),

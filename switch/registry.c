@@ -82,7 +82,6 @@ struct acceptor_req {
 	struct wsd_tuple t;
 };
 
-
 static struct reg *regs;
 static pid_t fork_parent;            /* in a fork child: the process that forked it */
 
@@ -106,43 +105,40 @@ static uint64_t tuple_hash(const struct wsd_stat_addr *client, const struct wsd_
 #define SLOT_TAG 0xffffffffffff0000ull
 _Static_assert(R_MOVED == WSD_REASON_MOVED, "the wire's moved");
 
-/*
- * The registry of t's port is shared (struct reg): false if not; else
- * true, and *moved the port of the registry of the child that noted t's
- * connection, or 0.  A child's own registry is never shared.
- */
-bool registry_shared(const struct wsd_tuple *t, uint16_t *moved)
+/* up_lock held: r is the registration of port (not a child's own) and shared. */
+static bool reg_shared(const struct reg *r, uint16_t port)
 {
-	bool shared = false;
-
-	*moved = 0;
-	pthread_mutex_lock(&up_lock);
-	for (struct reg *r = regs; r; r = r->next)
-		if (r->port == t->server.port && !r->side_port) {
-			shared = r->page && atomic_load(&r->page->count) > r->self;
-			if (shared && t->client.family) {
-				uint64_t h = tuple_hash(&t->client, &t->server);
-				uint64_t v = atomic_load(&r->page->slot[h % REG_SLOTS]);
-
-				if (v && (v & SLOT_TAG) == (h & SLOT_TAG))
-					*moved = (uint16_t)v;
-			}
-			break;
-		}
-	pthread_mutex_unlock(&up_lock);
-	return shared;
+	return r->port == port && !r->side_port && r->page &&
+	       atomic_load(&r->page->count) > r->self;
 }
 
-/* A child's own registry for its port (struct reg, side_port), or none (false). */
-bool registry_side(uint16_t port)
+uint16_t registry_moved(uint16_t port, const struct wsd_tuple *t, bool *shared)
 {
-	bool found = false;
+	uint16_t moved = 0;
+
+	*shared = false;
+	pthread_mutex_lock(&up_lock);
+	for (struct reg *r = regs; r && !*shared; r = r->next)
+		if ((*shared = reg_shared(r, port)) && t && t->client.family) {
+			uint64_t h = tuple_hash(&t->client, &t->server);
+			uint64_t v = atomic_load(&r->page->slot[h % REG_SLOTS]);
+
+			if (v && (v & SLOT_TAG) == (h & SLOT_TAG))
+				moved = (uint16_t)v;
+		}
+	pthread_mutex_unlock(&up_lock);
+	return moved;
+}
+
+bool registry_boxes(uint16_t port)
+{
+	bool boxes = true;
 
 	pthread_mutex_lock(&up_lock);
-	for (struct reg *r = regs; r && !found; r = r->next)
-		found = r->port == port && r->side_port;
+	for (struct reg *r = regs; r && boxes; r = r->next)
+		boxes = !reg_shared(r, port) && !(r->port == port && r->side_port);
 	pthread_mutex_unlock(&up_lock);
-	return found;
+	return boxes;
 }
 
 /*

@@ -99,8 +99,9 @@ WSPPROC_TABLE *wsd_spi(void)
 			__atomic_store_n(&spi_started, true, __ATOMIC_RELEASE);
 		else
 			spi_failed = true;
-		wsd_debug("switch: the provider started at %lld ms, in %lld ms",
-			  (long long)wsd_now_ms(), (long long)(wsd_now_ms() - t0));
+		wsd_debug("switch: the provider %s at %lld ms, in %lld ms",
+			  spi_failed ? "failed to start" : "started", (long long)wsd_now_ms(),
+			  (long long)(wsd_now_ms() - t0));
 	}
 	pthread_mutex_unlock(&up_lock);
 	return spi_started ? &procs : NULL;

@@ -61,13 +61,15 @@ enum wsd_path path_of(SOCKET ws);
 /* The process at ws's other end, as the kernel named it (shm), is pid (the one its HELLO gave). */
 bool peer_pid_is(SOCKET ws, uint32_t pid);
 /*
- * registry.c: the registry of t's port is shared with fork children
- * (false if not; else *moved, the port of the child's own registry that
- * noted t's connection, or 0); this process has a child's own registry for
- * port; the registrations after fork, in the child.
+ * registry.c.  registry_moved: *shared when the registration of port is
+ * shared with fork children, and then the port of the child's own registry
+ * that noted t's connection (t may be NULL), else 0.  registry_boxes:
+ * channels made through port's registries may grant mailbox entries (it
+ * is neither shared nor a child's own).  registry_atfork_child: the
+ * registrations after fork, in the child.
  */
-bool registry_shared(const struct wsd_tuple *t, uint16_t *moved);
-bool registry_side(uint16_t port);
+uint16_t registry_moved(uint16_t port, const struct wsd_tuple *t, bool *shared);
+bool registry_boxes(uint16_t port);
 void registry_atfork_child(void);
 /*
  * connect.c: the connection stays on TCP, or is asked again (busy,

@@ -338,7 +338,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	if (shm_sock_name(addr, len, &un, &unlen) < 0 ||
 	    (ep->owner_check && shm_owner_want(addr, len, &owner) < 0))
 		return ND_INVALID_PARAMETER;
-	if (ep->owner_port)
+	if (ep->owner_check && ep->owner_port)
 		owner.port = ep->owner_port;   /* a listener serving another TCP port (SO_WSP_TCP_PORT) */
 	if (!addr_is_local(addr, len))
 		return ND_NOT_SUPPORTED;   /* another host: not ours to serve */
