@@ -13,6 +13,22 @@
 
 #include "provider/shm/shm.h"
 
+/*
+ * The provider's engine is not linked into the shm targets: its log says
+ * nothing, and the fork bookkeeping of the listener's name socket
+ * (wsd_fd_named, provider/engine.c) has no fork to serve here.
+ */
+void wsd_debug(const char *fmt, ...)
+{
+	(void)fmt;
+}
+
+void wsd_fd_named(int fd, bool on)
+{
+	(void)fd;
+	(void)on;
+}
+
 /* The next message: len bytes (cut to what is left and to cap) into msg. */
 static inline size_t fuzz_take(const uint8_t **data, size_t *size, size_t len, uint8_t *msg,
 			       size_t cap)

@@ -21,12 +21,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* owner.c's one use of the provider's log */
-void wsd_debug(const char *fmt, ...)
-{
-	(void)fmt;
-}
-
 static int lowest_free(void)
 {
 	int fd = dup(0);

@@ -29,11 +29,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-void wsd_debug(const char *fmt, ...)
-{
-	(void)fmt;
-}
-
 static int fake_random;
 
 /* The process's getrandom: zeros while fake_random is set. */
