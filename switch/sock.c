@@ -232,6 +232,8 @@ void wsd_sock_forget(int fd)
 			wsd_upgrade_settle(s, false);   /* its first bytes reach the peer before its end */
 		if (s->listening)
 			wsd_upgrade_unlisten(s);
+		if (s->reg_noted)
+			wsd_upgrade_side_closed(s);
 		wsd_upgrade_closing(s);
 		wsd_sock_closed(s);
 		wsd_poll_sock_gone(s);

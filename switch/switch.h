@@ -178,7 +178,7 @@ enum { DIR_TCP = 0, DIR_DRAIN, DIR_RING, DIR_PROOF, DIR_PROV };
 
 struct wsd_session;
 
-struct wsd_reg_page;   /* accept.c */
+struct wsd_reg_page;   /* registry.c */
 
 struct wsd_sock {
 	_Atomic int refs;            /* fds naming it, plus temporary holders */
@@ -200,6 +200,13 @@ struct wsd_sock {
 	 */
 	struct wsd_reg_page *reg_page;
 	bool reg_counted;
+	/*
+	 * A connection a fork child accepted on such a listener and noted in
+	 * its page (reg_page is then the listener's): the slot's value, and
+	 * the process that noted it (it forgets the slot at the last close).
+	 */
+	uint64_t reg_noted;
+	pid_t reg_noted_pid;
 	/*
 	 * A fork child's registry of its own for the connections it accepts
 	 * on this listener while its parent keeps the port's: the provider
@@ -505,6 +512,8 @@ void wsd_upgrade_unlisten(struct wsd_sock *s);
 void wsd_upgrade_relisten(struct wsd_sock *l);
 /* s accepted on l, which has a registry of this fork child's own (side_port): noted. */
 void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s);
+/* ...and forgotten when its last fd closes. */
+void wsd_upgrade_side_closed(struct wsd_sock *s);
 /* Set in a fork child that inherited a listener: accepts look for reg_lost only then. */
 extern bool wsd_listeners_inherited;
 /* accept() made s: attach a handshake that arrived first. */

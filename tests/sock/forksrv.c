@@ -15,7 +15,10 @@
  * "moved"), or, for one not noted yet, answers "shared" and the peer asks
  * again.  The second child here accepts only a while after its connection
  * was made, so that its peer asks before it has it.  Both connections
- * must be accelerated.
+ * must be accelerated.  Then one child holds MANY connections at once (a
+ * worker with many clients): every one of them must be accelerated too
+ * (the children's notes once overwrote each other: 35 of 200 stayed on
+ * TCP).
  *
  * Every byte is checked at both ends, plain and under wsd run.
  */
@@ -30,6 +33,7 @@
 #include "tests/sock/common.h"
 
 #define CALLS 20
+#define MANY 300
 
 /*
  * The server's side of one connection: warm-up (accelerated: path
@@ -155,6 +159,40 @@ static void prefork_case(void)
 	EXPECT(0, "close the listener", close(lfd));
 }
 
+static void prefork_many_case(void)
+{
+	int port, lfd = t_listen(AF_INET, &port), *fd = calloc(MANY, sizeof(int));
+	pid_t child;
+
+	CHECK(fd != NULL, "no memory");
+	say("-- a child of the listener's process holds %d connections", MANY);
+	child = MUST(fork());
+	if (!child) {
+		/* all accepted first, in the order they were made, then served */
+		for (int i = 0; i < MANY; i++)
+			fd[i] = t_accept(lfd);
+		for (int i = 0; i < MANY; i++) {
+			settle(fd[i], false);
+			expect_path(fd[i]);
+			CHECK(echo_serve(fd[i]) == 2, "connection %d: not 2 calls", i);
+			MUST(close(fd[i]));
+		}
+		_exit(0);
+	}
+	for (int i = 0; i < MANY; i++)
+		fd[i] = t_connect(AF_INET, port);
+	for (int i = 0; i < MANY; i++) {
+		settle(fd[i], true);
+		expect_path(fd[i]);
+		echo_calls(fd[i], 2, 100 + (uint32_t)i);
+		EXPECT(0, "close", close(fd[i]));
+	}
+	say("%d connections, 2 calls each: ok", MANY);
+	reap(child, "the child");
+	EXPECT(0, "close the listener", close(lfd));
+	free(fd);
+}
+
 int main(int argc, char **argv)
 {
 	t_init(argc, argv);
@@ -162,5 +200,6 @@ int main(int argc, char **argv)
 	MUST(prctl(PR_SET_CHILD_SUBREAPER, 1));
 	daemon_case();
 	prefork_case();
+	prefork_many_case();
 	t_exit();
 }
