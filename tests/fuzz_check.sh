@@ -5,4 +5,4 @@
 # (tests/fuzz/run.sh 60). Exits 77 when clang cannot build fuzzers.
 set -u
 srcdir=${srcdir:-.}
-exec "$srcdir/tests/fuzz/run.sh" "${WSD_FUZZ_CHECK_SECS:-2}"
+exec sh "$srcdir/tests/fuzz/run.sh" "${WSD_FUZZ_CHECK_SECS:-2}"
