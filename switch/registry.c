@@ -13,49 +13,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "provider/engine.h"
 #include "provider/internal.h"
+#include "switch/regpage.h"
 #include "switch/upgrade_int.h"
-
-/*
- * A registration's page, shared with the fork children that inherit its
- * listener (MAP_SHARED): they count themselves in it at their first
- * accept, and one that opened a registry of its own (its parent keeps the
- * port's) notes there each connection it accepts, and forgets it at its
- * last close, so that the port's registry can send a request for it on
- * (R_MOVED).  Only the processes of one program write it.  The notes are
- * a hash table (open addressing, linear probing, deletion by shifting
- * back) under a process-shared robust mutex: an entry is the tuple's hash
- * in the high 48 bits and the child's registry port in the low 16, at the
- * index its hash names or after.  Until 2026-11-25 an entry was one
- * store at its hash's index, overwriting: wrk's 200 connections to one
- * nginx worker left 35 on TCP (reason shared), the birthday count of
- * 200 in 511.  Full (7/8 of REG_SLOTS live connections), a connection is
- * not noted and its request is answered shared.  A process that dies
- * holding the lock leaves the table half changed: the next one empties it
- * (those connections' requests are answered shared).  Untouched pages of
- * it cost no memory: a server that never forks touches the first.
- */
-#define REG_PAGE_BYTES (256u << 10)
-#define REG_HEAD 128u
-#define REG_SLOTS ((REG_PAGE_BYTES - REG_HEAD) / 8u)
-#define REG_FULL (REG_SLOTS / 8u * 7u)
-
-struct wsd_reg_page {
-	union {
-		struct {
-			_Atomic uint32_t count;
-			uint32_t used;       /* live entries (lock held) */
-			pthread_mutex_t lock;
-		};
-		uint8_t head[REG_HEAD];
-	};
-	uint64_t slot[REG_SLOTS];
-};
-_Static_assert(sizeof(struct wsd_reg_page) == REG_PAGE_BYTES, "the registration's table");
 
 struct reg {
 	struct reg *next;
@@ -119,105 +82,7 @@ static uint64_t tuple_hash(const struct wsd_stat_addr *client, const struct wsd_
 	return h;
 }
 
-#define SLOT_TAG 0xffffffffffff0000ull
 _Static_assert(R_MOVED == WSD_REASON_MOVED, "the wire's moved");
-
-static bool page_lock(struct wsd_reg_page *p)
-{
-	int e = pthread_mutex_lock(&p->lock);
-
-	if (e == EOWNERDEAD) {
-		/* its holder died in the middle of a change: start empty */
-		memset(p->slot, 0, sizeof(p->slot));
-		p->used = 0;
-		pthread_mutex_consistent(&p->lock);
-		return true;
-	}
-	return e == 0;
-}
-
-/* A fresh page (zeros): its lock shared among processes, robust. */
-static bool page_init(struct wsd_reg_page *p)
-{
-	pthread_mutexattr_t a;
-	bool ok;
-
-	if (pthread_mutexattr_init(&a))
-		return false;
-	ok = !pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) &&
-	     !pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) &&
-	     !pthread_mutex_init(&p->lock, &a);
-	pthread_mutexattr_destroy(&a);
-	return ok;
-}
-
-static size_t slot_home(uint64_t v)
-{
-	return (size_t)((v >> 16) % REG_SLOTS);
-}
-
-/*
- * Lock held: the index of the entry with v's hash (exact: and its port), or
- * -1.  The table is never full, so a free slot ends every walk.
- */
-static long page_find(const struct wsd_reg_page *p, uint64_t v, bool exact)
-{
-	uint64_t mask = exact ? ~0ull : SLOT_TAG;
-
-	for (size_t i = slot_home(v); p->slot[i]; i = (i + 1) % REG_SLOTS)
-		if ((p->slot[i] & mask) == (v & mask))
-			return (long)i;
-	return -1;
-}
-
-/* v noted (its hash's entry replaced, if any); false when full. */
-static bool page_note(struct wsd_reg_page *p, uint64_t v)
-{
-	size_t i;
-	bool ok = true;
-
-	if (!page_lock(p))
-		return false;
-	for (i = slot_home(v); p->slot[i] && (p->slot[i] & SLOT_TAG) != (v & SLOT_TAG);
-	     i = (i + 1) % REG_SLOTS)
-		;
-	if (p->slot[i])
-		p->slot[i] = v;
-	else if ((ok = p->used < REG_FULL))
-		p->slot[i] = v, p->used++;
-	pthread_mutex_unlock(&p->lock);
-	return ok;
-}
-
-/*
- * v forgotten: each entry after it up to the next free slot moves back into
- * the hole when its home is not between the hole and where it is (a walk
- * from its home would otherwise stop at the hole before reaching it).
- */
-static void page_forget(struct wsd_reg_page *p, uint64_t v)
-{
-	long j;
-
-	if (!page_lock(p))
-		return;
-	j = page_find(p, v, true);
-	if (j >= 0) {
-		size_t i = (size_t)j;
-
-		for (size_t k = (i + 1) % REG_SLOTS; p->slot[k]; k = (k + 1) % REG_SLOTS) {
-			size_t h = slot_home(p->slot[k]);
-			bool stays = i <= k ? (h > i && h <= k) : (h > i || h <= k);
-
-			if (!stays) {
-				p->slot[i] = p->slot[k];
-				i = k;
-			}
-		}
-		p->slot[i] = 0;
-		p->used--;
-	}
-	pthread_mutex_unlock(&p->lock);
-}
 
 /* up_lock held: r is the registration of port (not a child's own) and shared. */
 static bool reg_shared(const struct reg *r, uint16_t port)
@@ -236,13 +101,7 @@ uint16_t registry_moved(uint16_t port, const struct wsd_tuple *t, bool *shared)
 		if ((*shared = reg_shared(r, port)) && t && t->client.family) {
 			uint64_t h = tuple_hash(&t->client, &t->server);
 
-			if (page_lock(r->page)) {
-				long i = page_find(r->page, h, false);
-
-				if (i >= 0)
-					moved = (uint16_t)r->page->slot[i];
-				pthread_mutex_unlock(&r->page->lock);
-			}
+			moved = regpage_find(r->page, h);
 		}
 	pthread_mutex_unlock(&up_lock);
 	return moved;
@@ -288,7 +147,7 @@ static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *
 static void reg_free(struct reg *r)
 {
 	if (r->own_page)
-		munmap(r->page, sizeof(*r->page));
+		regpage_free(r->page);
 	if (r->side_fd >= 0) {
 		wsd_fd_named(r->side_fd, false);
 		real.close(r->side_fd);
@@ -402,14 +261,7 @@ static bool reg_open(struct wsd_sock *s)
 		r->page = s->reg_page;
 		r->self = s->reg_counted;
 	} else {
-		r->page = mmap(NULL, sizeof(*r->page), PROT_READ | PROT_WRITE,
-			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		if (r->page == MAP_FAILED) {
-			r->page = NULL;   /* never shared: as before fork children counted */
-		} else if (!page_init(r->page)) {
-			munmap(r->page, sizeof(*r->page));
-			r->page = NULL;
-		}
+		r->page = regpage_new();   /* none: never shared, as before fork children counted */
 		r->own_page = r->page != NULL;
 	}
 	r->ls = procs.lpWSPSocket(a.ss_family, SOCK_STREAM, 0, &proto, 0, 0, &err);
@@ -515,9 +367,9 @@ void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s)
 	if (!wsd_stat_own(s->stat) || learn_tuple(s))
 		return;
 	h = tuple_hash(&s->stat->peer, &s->stat->local);
-	if (page_note(l->reg_page, (h & SLOT_TAG) | l->side_port)) {
+	if (regpage_note(l->reg_page, h, l->side_port)) {
 		s->reg_page = l->reg_page;
-		s->reg_noted = (h & SLOT_TAG) | l->side_port;
+		s->reg_noted = regpage_value(h, l->side_port);
 		s->reg_noted_pid = getpid();
 	}
 }
@@ -526,7 +378,7 @@ void wsd_upgrade_side_closed(struct wsd_sock *s)
 {
 	/* a fork child of ours holds a copy: the connection is still ours */
 	if (s->reg_page && s->reg_noted_pid == getpid())
-		page_forget(s->reg_page, s->reg_noted);
+		regpage_forget(s->reg_page, s->reg_noted);
 	s->reg_noted = 0;
 }
 
