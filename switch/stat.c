@@ -279,6 +279,17 @@ void wsd_stat_free(struct wsd_stat_slot *slot)
 	pthread_mutex_unlock(&lock);
 }
 
+void wsd_stat_closed(struct wsd_stat_slot *slot)
+{
+	/*
+	 * The socket may live on a while (an OPEN in flight holds it until
+	 * its answer), but its number names another socket from now on.
+	 */
+	wsd_stat_begin(slot);
+	slot->fd = -1;
+	wsd_stat_end(slot);
+}
+
 /*
  * A seqlock with one writer per slot (the socket's owner serialises its
  * updates): gen is odd while the fields change.  The fence keeps the odd

@@ -31,7 +31,7 @@ struct wsd_stat_addr {
 struct wsd_stat_slot {
 	_Atomic uint32_t gen;  /* odd while being written */
 	uint32_t used;         /* 1: a live socket */
-	int32_t fd;
+	int32_t fd;            /* -1: its last descriptor closed (its end still settling) */
 	uint8_t path;          /* enum wsd_path: 0 tcp, 1 shm, 2 verbs */
 	uint8_t reason;        /* enum wsd_reason */
 	uint8_t listening;
@@ -77,6 +77,8 @@ struct wsd_stat_slot *wsd_stat_alloc(void);
 /* false for the shared dummy: its tuple is anyone's, so its socket stays plain */
 bool wsd_stat_own(const struct wsd_stat_slot *slot);
 void wsd_stat_free(struct wsd_stat_slot *slot);
+/* slot's socket has no descriptor any more: wsd stat leaves it out. */
+void wsd_stat_closed(struct wsd_stat_slot *slot);
 /* Begin/end an update of the slot's descriptive fields (not the counters). */
 void wsd_stat_begin(struct wsd_stat_slot *slot);
 void wsd_stat_end(struct wsd_stat_slot *slot);

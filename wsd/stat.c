@@ -111,7 +111,8 @@ static bool slot_read(const struct wsd_stat_slot *src, uint32_t idx, struct row 
 		if (g1 == g2)
 			break;
 	}
-	if (!s.used)
+	/* a closed socket whose end is still settling: its number is another's now */
+	if (!s.used || s.fd < 0)
 		return false;
 	r->idx = idx;
 	r->fd = s.fd;

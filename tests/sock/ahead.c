@@ -75,8 +75,10 @@ static void client(struct peer *self, void *arg)
 			!ahead ? "none went by channel" : first ?
 			"the last went by channel and carried no byte on the stream" :
 			"the last went by channel, its first bytes by TCP");
-		if (!ahead)
+		if (!ahead) {
+			fprintf(stderr, "ahead: wsd stat said last: %.4000s\n", json);
 			die("no short connection went by a channel made ahead");
+		}
 	}
 	client_one(0, 2, false);
 	say("short connections of 64 bytes each way: data ok");
