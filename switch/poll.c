@@ -302,33 +302,78 @@ static nfds_t poll_first_accel(const struct pollfd *fds, nfds_t nfds, struct wsd
 	return nfds;
 }
 
-static int do_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+/*
+ * A wait the kernel did alone, all its sockets plain when it began, that
+ * returned r: whether it must be looked at again.  A socket may have been
+ * accelerated meanwhile (an upgrade finishing on another thread), and the
+ * peer's switch point, proof and doorbells on its stream woke the kernel:
+ * not data.  Taken as data, a read would wait for bytes that are not coming
+ * (iperf3's server then blocks on its control connection for the whole
+ * test).  Cheap: one load, unless some socket was accelerated meanwhile.
+ */
+static bool woke_by_switch(int r, uint64_t gen)
+{
+	return r > 0 && atomic_load(&wsd_accel_gen) != gen;
+}
+
+/* ...and so it must when fd, which the kernel reported, names an accelerated socket now. */
+static bool now_accel(int fd)
+{
+	struct wsd_sock *s = fd >= 0 ? wsd_fd_get(fd) : NULL;
+	bool r = s && wsd_sock_accel(s);
+
+	if (s)
+		wsd_sock_put(s);
+	return r;
+}
+
+static bool poll_woke_accel(const struct pollfd *fds, nfds_t nfds)
+{
+	for (nfds_t i = 0; i < nfds; i++)
+		if (fds[i].revents && now_accel(fds[i].fd))
+			return true;
+	return false;
+}
+
+/* poll and ppoll (ms < -1: ppoll's timeout, else poll's in ms). */
+static int poll_any(struct pollfd *fds, nfds_t nfds, int ms, const struct timespec *timeout,
 		    const sigset_t *sigmask)
 {
+	struct timespec ts = { ms / 1000, ms % 1000 * 1000000L }, left;
+	uint64_t gen = atomic_load(&wsd_accel_gen);
+	struct deadline dl;
 	struct wsd_sock *s;
 	nfds_t first;
+	int r;
 
+	if (ms >= -1)
+		timeout = ms < 0 ? NULL : &ts;
 	wsd_real_init();
 	wsd_settle_pending(false);
 	first = poll_first_accel(fds, nfds, &s);
-	if (first == nfds)
-		return real.ppoll(fds, nfds, timeout, sigmask);
-	return (int)wsd_ret(poll_slow(fds, nfds, first, s, timeout, sigmask, false, NULL));
+	if (first != nfds)
+		return (int)wsd_ret(poll_slow(fds, nfds, first, s, timeout, sigmask, false, NULL));
+	if (!timespec_bad(timeout))
+		deadline_init(&dl, timeout);
+	r = ms >= -1 ? real.poll(fds, nfds, ms) : real.ppoll(fds, nfds, timeout, sigmask);
+	if (!woke_by_switch(r, gen) || !poll_woke_accel(fds, nfds) ||
+	    (first = poll_first_accel(fds, nfds, &s)) == nfds)
+		return r;
+	/* asked again the accelerated way, for the time left */
+	deadline_left(&dl, &left);
+	return (int)wsd_ret(poll_slow(fds, nfds, first, s, dl.inf ? NULL : &left, sigmask, false,
+				      NULL));
+}
+
+static int do_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+		    const sigset_t *sigmask)
+{
+	return poll_any(fds, nfds, -2, timeout, sigmask);
 }
 
 EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-	struct timespec ts = { timeout / 1000, timeout % 1000 * 1000000L };
-	struct wsd_sock *s;
-	nfds_t first;
-
-	wsd_real_init();
-	wsd_settle_pending(false);
-	first = poll_first_accel(fds, nfds, &s);
-	if (first == nfds)
-		return real.poll(fds, nfds, timeout);
-	return (int)wsd_ret(poll_slow(fds, nfds, first, s, timeout < 0 ? NULL : &ts, NULL,
-				      false, NULL));
+	return poll_any(fds, nfds, timeout < -1 ? -1 : timeout, NULL, NULL);
 }
 
 EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
@@ -451,18 +496,73 @@ static int select_slow(int nfds, fd_set *const sets[3], int first, struct wsd_so
 	return ret;
 }
 
-EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
+/*
+ * The kernel's select over sets that name no accelerated socket (see
+ * woke_by_switch).  When one it reported became accelerated meanwhile,
+ * the sets are put back as the caller passed them and -EAGAIN asks the
+ * caller to look again the accelerated way; else the kernel's answer.
+ * tv: select's (the kernel writes the time left into it), else timeout.
+ */
+static int select_plain(int nfds, fd_set *const sets[3], struct timeval *tv,
+			const struct timespec *timeout, const sigset_t *sigmask, uint64_t gen)
+{
+	enum { STACK_WORDS = FD_SETSIZE / FDW_BITS };
+	size_t words = nfds > 0 ? ((size_t)nfds + FDW_BITS - 1) / FDW_BITS : 0;
+	unsigned long stack[3][STACK_WORDS], *copy = &stack[0][0];
+	bool woke = false;
+	int r;
+
+	/* no socket known to the switch: none can have become accelerated */
+	if (!wsd_fd_any() || (words > STACK_WORDS && !(copy = calloc(3 * words, sizeof(long)))))
+		copy = NULL;
+	for (int i = 0; copy && i < 3; i++)
+		if (sets[i])
+			memcpy(copy + i * words, fd_words(sets[i]), words * sizeof(long));
+	r = tv ? real.select(nfds, sets[0], sets[1], sets[2], tv) :
+		 real.pselect(nfds, sets[0], sets[1], sets[2], timeout, sigmask);
+	if (copy && woke_by_switch(r, gen))
+		for (int fd = fd_next(0, nfds, sets); fd < nfds && !woke;
+		     fd = fd_next(fd + 1, nfds, sets))
+			woke = now_accel(fd);
+	for (int i = 0; woke && i < 3; i++)
+		if (sets[i])
+			memcpy(fd_words(sets[i]), copy + i * words, words * sizeof(long));
+	if (copy != &stack[0][0])
+		free(copy);
+	return woke ? -EAGAIN : r;
+}
+
+/* select (tv) and pselect (timeout, sigmask). */
+static int select_any(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv,
+		      const struct timespec *timeout, const sigset_t *sigmask, bool is_select)
 {
 	fd_set *const sets[3] = { rd, wr, ex };
-	struct timespec ts, rem;
+	struct timespec ts, rem, left;
+	struct deadline dl = { .inf = true };
 	struct wsd_sock *s;
 	int fd, n;
 
 	wsd_real_init();
 	wsd_settle_pending(false);
-	fd = select_first_accel(nfds, sets, &s);
-	if (fd >= nfds)
-		return real.select(nfds, rd, wr, ex, tv);
+	if (!is_select && !timespec_bad(timeout))
+		deadline_init(&dl, timeout);
+	for (;;) {
+		uint64_t gen = atomic_load(&wsd_accel_gen);
+
+		fd = select_first_accel(nfds, sets, &s);
+		if (fd < nfds)
+			break;
+		n = select_plain(nfds, sets, is_select ? tv : NULL, timeout, sigmask, gen);
+		if (n != -EAGAIN)
+			return n;
+		/* asked again for the time left: select's tv says it, pselect's deadline */
+		if (!is_select) {
+			deadline_left(&dl, &left);
+			timeout = dl.inf ? NULL : &left;
+		}
+	}
+	if (!is_select)
+		return (int)wsd_ret(select_slow(nfds, sets, fd, s, timeout, sigmask, NULL));
 	if (tv) {
 		if (tv->tv_sec < 0 || tv->tv_usec < 0) {
 			wsd_sock_put(s);
@@ -482,17 +582,13 @@ EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *
 	return (int)wsd_ret(n);
 }
 
+EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
+{
+	return select_any(nfds, rd, wr, ex, tv, NULL, NULL, true);
+}
+
 EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *timeout,
 		   const sigset_t *sigmask)
 {
-	fd_set *const sets[3] = { rd, wr, ex };
-	struct wsd_sock *s;
-	int fd;
-
-	wsd_real_init();
-	wsd_settle_pending(false);
-	fd = select_first_accel(nfds, sets, &s);
-	if (fd >= nfds)
-		return real.pselect(nfds, rd, wr, ex, timeout, sigmask);
-	return (int)wsd_ret(select_slow(nfds, sets, fd, s, timeout, sigmask, NULL));
+	return select_any(nfds, rd, wr, ex, NULL, timeout, sigmask, false);
 }

@@ -237,11 +237,15 @@ static void set_stat_path(struct wsd_sock *s)
 	}
 }
 
+_Atomic uint64_t wsd_accel_gen;
+
 /* mu held.  From now on the peer may switch its direction to the ring. */
 void publish_rx_ready(struct wsd_sock *s)
 {
 	if (s->rx_ready_sent || !s->sess || s->plain_waiters || s->detached || s->rx_back)
 		return;
+	/* before the peer can act on it: a plain wait woken by its proof must see it */
+	atomic_fetch_add(&wsd_accel_gen, 1);
 	/*
 	 * Armed first: a poll or epoll already asleep on the fd started while
 	 * the socket was plain, and must hear of the peer's first ring data.

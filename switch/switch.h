@@ -472,6 +472,14 @@ char *wsd_prefix_env(void);
 
 /* ---- readiness calls (poll.c, epoll.c, epoll_wait.c) -------------------------- */
 
+/*
+ * One more each time a socket's receiving side is about to carry the
+ * switch's own bytes on its stream (its rx_ready published: the peer's
+ * switch point, proof and doorbells follow).  A poll or select that went
+ * to the kernel with the socket still plain compares it after waking: a
+ * change means what woke it may not be data (poll.c).
+ */
+extern _Atomic uint64_t wsd_accel_gen;
 /* s was accelerated, or became plain, or its sending side moved: re-register it in epoll sets. */
 void wsd_poll_sock_accelerated(struct wsd_sock *s);
 /*

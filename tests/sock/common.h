@@ -132,6 +132,8 @@ void settle(int fd, bool first);
  * stderr only, so the transcript stays the same with and without wsd.
  */
 void expect_path(int fd);
+/* The path fd takes now under the switch ("tcp", "shm"...), NULL without it. */
+const char *path_now(int fd);
 /* Under WSD_EXPECT_PATH only: fd takes path want now (say "tcp"), or exit 1. */
 void expect_path_now(int fd, const char *want);
 /* Under wsd run (WSD_EXPECT_PATH, WSD_BIN): wsd stat gives fd this reason, or die. */

@@ -200,6 +200,13 @@ static const char *(*path_fn(void))(int)
 	return (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
 }
 
+const char *path_now(int fd)
+{
+	const char *(*path_of)(int) = path_fn();
+
+	return path_of ? path_of(fd) : NULL;
+}
+
 /*
  * Under WSD_EXPECT_PATH, give the switch time to finish: it upgrades in the
  * background, and a loaded machine (make -j) may need more than the warm-up.
