@@ -42,6 +42,21 @@ struct pending {
  * accepts in about the order its peers connected */
 static struct pending *pendings, **pend_tail = &pendings;
 static int npending, npending_ws;    /* pend_lock: all, and those holding an SPI connection */
+
+/*
+ * Accepted connections that closed lately, never upgraded (pend_lock, the
+ * oldest overwritten).  An OPEN for one (sent by message as the peer's
+ * connection began, and taken by our channel thread only after the program
+ * was done with it) is declined at once: kept, it would wait PENDING_MS
+ * for an accept that will not come, the peer's closed socket held as long.
+ * A 4-tuple used again this soon by a new connection not yet accepted is
+ * declined too, and stays on TCP: a lost upgrade, never a wrong one.
+ */
+#define CLOSED_KEEP 64
+static struct closed_tuple {
+	struct wsd_stat_addr server, client;
+} closed[CLOSED_KEEP];
+static unsigned closed_next;
 static _Atomic int handshakes;       /* take_hello threads running */
 pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -247,6 +262,29 @@ static void pending_refuse(struct pending *old)
 	}
 }
 
+/* pend_lock held: t names a connection we accepted and closed lately. */
+static bool closed_lately(const struct wsd_tuple *t)
+{
+	for (unsigned i = 0; i < CLOSED_KEEP && i < closed_next; i++)
+		if (same(&closed[i].server, &t->server) && same(&closed[i].client, &t->client))
+			return true;
+	return false;
+}
+
+void wsd_upgrade_accepted_closed(struct wsd_sock *s)
+{
+	struct closed_tuple *c;
+
+	if (s->listening || s->connected_side || s->sess || !s->tuple_known ||
+	    !wsd_stat_own(s->stat))
+		return;
+	pthread_mutex_lock(&pend_lock);
+	c = &closed[closed_next++ % CLOSED_KEEP];
+	c->server = s->stat->local;
+	c->client = s->stat->peer;
+	pthread_mutex_unlock(&pend_lock);
+}
+
 /*
  * A request that passed its checks: attached to the accepted connection it
  * names, or kept until the program accepts it (within the caps).
@@ -255,7 +293,7 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 {
 	struct find f = { t, NULL };
 	struct pending *p = NULL, *old = NULL;
-	bool full = false, shared = false;
+	bool full = false, shared = false, gone;
 	uint16_t moved = 0;
 
 	pthread_mutex_lock(&pend_lock);
@@ -268,7 +306,8 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 	 */
 	if (!f.found)
 		moved = registry_moved(t->server.port, t, &shared);
-	if (!f.found && !shared) {
+	gone = !f.found && !moved && !shared && closed_lately(t);
+	if (!f.found && !shared && !gone) {
 		pending_expire((uint64_t)wsd_now_ms(), &old);
 		full = q->ch ? npending - npending_ws >= MAX_PENDING_OPENS :
 			       npending_ws >= MAX_PENDING;
@@ -295,6 +334,9 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 		wsd_sock_put(f.found);
 	} else if (moved) {
 		answer_no_port(q, R_MOVED, moved);
+	} else if (gone) {
+		wsd_debug("switch: a request for a connection accepted and closed lately: declined");
+		answer_no(q, R_NO_MATCH);
 	} else if (!p) {
 		answer_no(q, shared ? R_SHARED : full ? R_BUSY : R_PROVIDER);
 	}
@@ -593,5 +635,6 @@ void accept_atfork_child(void)
 	pendings = NULL;
 	pend_tail = &pendings;
 	npending = npending_ws = 0;
+	closed_next = 0;   /* the parent's connections are not ours to decline */
 	atomic_store(&handshakes, 0);
 }

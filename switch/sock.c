@@ -235,6 +235,7 @@ void wsd_sock_forget(int fd)
 		if (s->reg_noted)
 			wsd_upgrade_side_closed(s);
 		wsd_upgrade_closing(s);
+		wsd_upgrade_accepted_closed(s);
 		wsd_stat_closed(s->stat);
 		wsd_sock_closed(s);
 		wsd_poll_sock_gone(s);

@@ -526,6 +526,8 @@ void wsd_upgrade_side_closed(struct wsd_sock *s);
 extern bool wsd_listeners_inherited;
 /* accept() made s: attach a handshake that arrived first. */
 void wsd_upgrade_accepted(struct wsd_sock *s);
+/* ...and its last fd closed, never upgraded: a late OPEN for it is declined at once. */
+void wsd_upgrade_accepted_closed(struct wsd_sock *s);
 /* A data call on s: start the upgrade when it is worth it (lazy, cheap). */
 void wsd_upgrade_maybe(struct wsd_sock *s);
 /* ...and as connect() returns: with a channel to the peer, asked for by mailbox or not yet. */
