@@ -335,28 +335,31 @@ static bool poll_woke_accel(const struct pollfd *fds, nfds_t nfds)
 	return false;
 }
 
-/* poll and ppoll (ms < -1: ppoll's timeout, else poll's in ms). */
-static int poll_any(struct pollfd *fds, nfds_t nfds, int ms, const struct timespec *timeout,
-		    const sigset_t *sigmask)
+/* poll (is_poll: ms, the kernel's poll) and ppoll (timeout, sigmask). */
+static int poll_any(struct pollfd *fds, nfds_t nfds, bool is_poll, int ms,
+		    const struct timespec *timeout, const sigset_t *sigmask)
 {
 	struct timespec ts = { ms / 1000, ms % 1000 * 1000000L }, left;
 	uint64_t gen = atomic_load(&wsd_accel_gen);
-	struct deadline dl;
+	struct deadline dl = { .inf = true };
 	struct wsd_sock *s;
+	bool check;
 	nfds_t first;
 	int r;
 
-	if (ms >= -1)
+	if (is_poll)
 		timeout = ms < 0 ? NULL : &ts;
 	wsd_real_init();
 	wsd_settle_pending(false);
 	first = poll_first_accel(fds, nfds, &s);
 	if (first != nfds)
 		return (int)wsd_ret(poll_slow(fds, nfds, first, s, timeout, sigmask, false, NULL));
-	if (!timespec_bad(timeout))
+	/* no socket known to the switch: none in the set can become accelerated */
+	check = wsd_fd_any() && !timespec_bad(timeout);
+	if (check)
 		deadline_init(&dl, timeout);
-	r = ms >= -1 ? real.poll(fds, nfds, ms) : real.ppoll(fds, nfds, timeout, sigmask);
-	if (!woke_by_switch(r, gen) || !poll_woke_accel(fds, nfds) ||
+	r = is_poll ? real.poll(fds, nfds, ms) : real.ppoll(fds, nfds, timeout, sigmask);
+	if (!check || !woke_by_switch(r, gen) || !poll_woke_accel(fds, nfds) ||
 	    (first = poll_first_accel(fds, nfds, &s)) == nfds)
 		return r;
 	/* asked again the accelerated way, for the time left */
@@ -368,12 +371,12 @@ static int poll_any(struct pollfd *fds, nfds_t nfds, int ms, const struct timesp
 static int do_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 		    const sigset_t *sigmask)
 {
-	return poll_any(fds, nfds, -2, timeout, sigmask);
+	return poll_any(fds, nfds, false, 0, timeout, sigmask);
 }
 
 EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-	return poll_any(fds, nfds, timeout < -1 ? -1 : timeout, NULL, NULL);
+	return poll_any(fds, nfds, true, timeout, NULL, NULL);
 }
 
 EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
@@ -544,14 +547,15 @@ static int select_any(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timev
 
 	wsd_real_init();
 	wsd_settle_pending(false);
-	if (!is_select && !timespec_bad(timeout))
-		deadline_init(&dl, timeout);
-	for (;;) {
+	for (bool first_look = true;; first_look = false) {
 		uint64_t gen = atomic_load(&wsd_accel_gen);
 
 		fd = select_first_accel(nfds, sets, &s);
 		if (fd < nfds)
 			break;
+		/* the time left, should it be asked again (select_plain looks only then) */
+		if (first_look && !is_select && wsd_fd_any() && !timespec_bad(timeout))
+			deadline_init(&dl, timeout);
 		n = select_plain(nfds, sets, is_select ? tv : NULL, timeout, sigmask, gen);
 		if (n != -EAGAIN)
 			return n;

@@ -13,7 +13,8 @@
  *
  * The upgrade is the client's, at a receive 300 ms after it connected
  * (WSD_UPGRADE_US 200 ms): never before the server's wait began.  Under
- * wsd run the client waits for its path to be shm before it sends.
+ * wsd run the client waits for its path to be shm before it sends, and the
+ * server checks its path: tcp as its wait begins, shm as it ends.
  */
 #define _GNU_SOURCE
 #include <poll.h>
@@ -108,9 +109,13 @@ int main(int argc, char **argv)
 		ctl_send(&c[m], 1);
 		fd = t_accept(lfd);
 		recv_all(fd, &b, 1);
+		/* the wait begins plain (the kernel's alone) and ends on an upgraded socket */
+		expect_path_now(fd, "tcp");
 		ctl_send(&c[m], 1);
 		n = wait_readable(fd, (enum mode)m);
 		say("%s on a connection upgraded meanwhile -> %d", mode_name[m], n);
+		if (getenv("WSD_EXPECT_PATH"))
+			expect_path_now(fd, getenv("WSD_EXPECT_PATH"));
 		errno = 0;
 		n = (int)recv(fd, &b, 1, MSG_DONTWAIT);
 		t_expect("recv, without waiting", n, errno, 1, 0);
