@@ -36,6 +36,7 @@ struct pending {
 	struct wsd_hello h;
 	struct wsd_tuple t;
 	uint64_t when_ms;
+	uint16_t moved;              /* accept_pending_reshare: the answer's port */
 };
 
 /* oldest first (pend_lock): expiry looks at the head, and the program
@@ -597,6 +598,53 @@ void wsd_upgrade_accepted(struct wsd_sock *s)
 						     .h = &hit->h });
 		wsd_chan_put(hit->ch);
 		free(hit);
+	}
+}
+
+/*
+ * The registry of port, shared since (a fork child's first accept on its
+ * listener counted it): the requests kept for that port may name
+ * connections the child accepted or will accept, which this process will
+ * never see.  They are answered as take_request would answer them now:
+ * moved to the child's registry that noted the connection, else shared
+ * (the peer asks again later).  The registry's acceptor calls this at
+ * each wake, at least every 200 ms.
+ */
+void accept_pending_reshare(uint16_t port)
+{
+	struct pending *gone = NULL, **tail = &gone;
+	bool shared;
+
+	pthread_mutex_lock(&pend_lock);
+	for (struct pending **pp = &pendings; *pp;) {
+		struct pending *p = *pp;
+		uint16_t moved;
+
+		if (p->t.server.port != port) {
+			pp = &p->next;
+			continue;
+		}
+		/* up_lock inside pend_lock, as in take_request */
+		moved = registry_moved(port, &p->t, &shared);
+		if (!shared)
+			break;       /* not shared: none of the port's requests is */
+		pending_unlink(pp);
+		p->moved = moved;
+		*tail = p;
+		tail = &p->next;
+	}
+	pthread_mutex_unlock(&pend_lock);
+	while (gone) {
+		struct pending *p = gone;
+		struct request q = { .ws = p->ws, .ch = p->ch, .req = p->req, .h = &p->h };
+
+		gone = p->next;
+		if (p->moved)
+			answer_no_port(&q, R_MOVED, p->moved);
+		else
+			answer_no(&q, R_SHARED);
+		wsd_chan_put(p->ch);
+		free(p);
 	}
 }
 

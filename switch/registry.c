@@ -55,6 +55,7 @@ struct reg {
 };
 
 #define REG_GRACE_MS 10000
+#define ACCEPTOR_WAKE_MS 200
 
 /* What the acceptor's condition function learnt of the request it took. */
 struct acceptor_req {
@@ -144,6 +145,20 @@ static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *
 	return CF_ACCEPT;
 }
 
+/*
+ * The acceptor's look, at each wake: its port shared since the requests in
+ * hand were kept (a fork child's first accept counted it)?
+ */
+static bool port_shared(const struct reg *r)
+{
+	bool shared;
+
+	pthread_mutex_lock(&up_lock);
+	shared = reg_shared(r, r->port);
+	pthread_mutex_unlock(&up_lock);
+	return shared;
+}
+
 static void reg_free(struct reg *r)
 {
 	if (r->own_page)
@@ -161,6 +176,9 @@ static void *acceptor(void *arg)
 	struct acceptor_req a = { .port = r->port };
 	int err;
 
+	/* back at least this often, with no request: a registry closed, a port shared */
+	(void)procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_ACCEPT_MS, &(int){ ACCEPTOR_WAKE_MS },
+				    sizeof(int), &err);
 	for (;;) {
 		SOCKET ws;
 		int64_t closed;
@@ -190,6 +208,8 @@ static void *acceptor(void *arg)
 				break;
 			}
 		}
+		if (port_shared(r))
+			accept_pending_reshare(r->port);
 		if (ws == INVALID_SOCKET) {
 			if (err == WSAENETDOWN || err == WSAENOTSOCK)
 				break;

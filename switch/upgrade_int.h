@@ -118,6 +118,8 @@ void probe_shared(const struct wsd_stat_addr *key);
 bool probe_is_shared(const struct wsd_stat_addr *key);
 
 void accept_chan_dead(struct wsd_chan *ch);
+/* port's registry became shared: its requests in hand answered moved or shared. */
+void accept_pending_reshare(uint16_t port);
 void accept_atfork_child(void);
 void connect_atfork_child(void);
 

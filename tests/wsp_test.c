@@ -843,6 +843,81 @@ START_TEST(accept_condition)
 }
 END_TEST
 
+/* A connect from another thread, for accept_timeout. */
+struct dialer {
+	WSAPROTOCOL_INFO *info;
+	struct sockaddr_in sa;
+	SOCKET s;
+	int err;
+};
+
+static void *dial(void *arg)
+{
+	struct dialer *d = arg;
+
+	usleep(50 * 1000);
+	d->s = WSPSocket(AF_INET, SOCK_STREAM, 0, d->info, 0, 0, &d->err);
+	if (d->s != INVALID_SOCKET &&
+	    WSPConnect(d->s, (struct sockaddr *)&d->sa, sizeof(d->sa), NULL, NULL, NULL, NULL,
+		       &d->err) == 0)
+		d->err = 0;
+	return NULL;
+}
+
+/*
+ * SO_WSP_ACCEPT_MS: a listener's WSPAccept gives up after it with
+ * WSAETIMEDOUT, and still takes a request that comes within it.
+ */
+START_TEST(accept_timeout)
+{
+	struct spi p;
+	struct dialer d = { .sa = t_addr(t_port()), .err = -1 };
+	int err = 0, v = -1, bad = -1;
+	socklen_t vl = sizeof(v);
+	struct timespec t0, t1;
+	SOCKET l, a;
+	pthread_t th;
+	long ms;
+
+	spi_start(&p);
+	p.s = INVALID_SOCKET;
+	d.info = &p.info;
+	l = WSPSocket(AF_INET, SOCK_STREAM, 0, &p.info, 0, 0, &err);
+	ck_assert(l != INVALID_SOCKET);
+	ck_assert_int_eq(WSPBind(l, (struct sockaddr *)&d.sa, sizeof(d.sa), &err), 0);
+	ck_assert_int_eq(WSPListen(l, 4, &err), 0);
+	ck_assert_int_eq(WSPGetSockOpt(l, SOL_WSP, SO_WSP_ACCEPT_MS, &v, &vl, &err), 0);
+	ck_assert_int_eq(v, 0);
+	ck_assert_int_eq(WSPSetSockOpt(l, SOL_WSP, SO_WSP_ACCEPT_MS, &bad, sizeof(bad), &err),
+			 SOCKET_ERROR);
+	ck_assert_int_eq(err, WSAEINVAL);
+	v = 300;
+	ck_assert_int_eq(WSPSetSockOpt(l, SOL_WSP, SO_WSP_ACCEPT_MS, &v, sizeof(v), &err), 0);
+	v = 0;
+	ck_assert_int_eq(WSPGetSockOpt(l, SOL_WSP, SO_WSP_ACCEPT_MS, &v, &vl, &err), 0);
+	ck_assert_int_eq(v, 300);
+	/* nobody connects: back after the limit (not before it, nor long after) */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ck_assert(WSPAccept(l, NULL, NULL, NULL, 0, &err) == INVALID_SOCKET);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ck_assert_int_eq(err, WSAETIMEDOUT);
+	ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	ck_assert_msg(ms >= 290 && ms < 10000, "WSPAccept came back after %ld ms", ms);
+	/* a request within the limit is taken */
+	v = 10000;
+	ck_assert_int_eq(WSPSetSockOpt(l, SOL_WSP, SO_WSP_ACCEPT_MS, &v, sizeof(v), &err), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, dial, &d), 0);
+	a = WSPAccept(l, NULL, NULL, NULL, 0, &err);
+	ck_assert_msg(a != INVALID_SOCKET, "accept: %d", err);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_int_eq(d.err, 0);
+	ck_assert_int_eq(WSPCloseSocket(a, &err), 0);
+	ck_assert_int_eq(WSPCloseSocket(d.s, &err), 0);
+	ck_assert_int_eq(WSPCloseSocket(l, &err), 0);
+	spi_stop(&p);
+}
+END_TEST
+
 /* ---- completion ports ----------------------------------------------------- */
 
 struct waiter_arg {
@@ -978,6 +1053,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, idle_after_traffic);
 	tcase_add_test(tc, close_right_after_completion);
 	tcase_add_test(tc, accept_condition);
+	tcase_add_test(tc, accept_timeout);
 	tcase_add_test(tc, port_threads);
 	tcase_add_test(tc, port_close_wakes_waiters);
 	tcase_add_test(tc, registration_cache);

@@ -127,6 +127,11 @@ typedef void (*LPWSAOVERLAPPED_COMPLETION_ROUTINE)(uint32_t error, uint32_t byte
  * listener that serves a TCP port other than its own (a fork child's).
  */
 #define SO_WSP_TCP_PORT         0x7102
+/*
+ * Listening socket: WSPAccept waits at most this many milliseconds for a
+ * request, then fails with WSAETIMEDOUT (0, the default: until one comes).
+ */
+#define SO_WSP_ACCEPT_MS        0x7103
 
 #define SD_RECEIVE 0
 #define SD_SEND    1

@@ -227,14 +227,22 @@ SOCKET WSPAccept(SOCKET h, struct sockaddr *addr, socklen_t *addrlen, LPCONDITIO
 	req = s->deferred;
 	s->deferred = NULL;
 	pthread_mutex_unlock(&s->pv->lock);
-	/* wake now and then, so a cleanup or close is noticed */
+	/* wake now and then, so a cleanup or close is noticed; SO_WSP_ACCEPT_MS ends the wait */
+	int64_t end = s->accept_ms ? wsd_now_ms() + s->accept_ms : INT64_MAX;
+
 	while (!req) {
-		st = nd_listen_get_request(s->l, 200, &req);
+		int64_t left = end - wsd_now_ms();
+
+		if (left <= 0)
+			break;
+		st = nd_listen_get_request(s->l, left < 200 ? (int)left : 200, &req);
 		if (st != ND_TIMEOUT || s->pv->down || s->closing)
 			break;
 	}
-	if (st != ND_SUCCESS) {
-		fail_with(s, s->pv->down ? WSAENETDOWN : WSAEINTR, err);
+	if (st != ND_SUCCESS || !req) {
+		bool timed_out = (st == ND_TIMEOUT || st == ND_SUCCESS) && !s->closing;
+
+		fail_with(s, s->pv->down ? WSAENETDOWN : timed_out ? WSAETIMEDOUT : WSAEINTR, err);
 		return INVALID_SOCKET;
 	}
 	if (cond) {
@@ -408,6 +416,9 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 	case SO_WSP_TCP_PORT:
 		v = s->tcp_port;
 		break;
+	case SO_WSP_ACCEPT_MS:
+		v = s->accept_ms;
+		break;
 	case SO_WSP_PEER_PID:
 		pthread_mutex_lock(&s->pv->lock);
 		v = s->state == S_CONNECTED && s->ep ? (int)s->ep->peer_pid : 0;
@@ -467,6 +478,11 @@ int WSPSetSockOpt(SOCKET h, int level, int name, const void *val, socklen_t len,
 		if (v < 0 || v > 65535 || s->state == S_CONNECTED || s->state == S_CLOSED)
 			return fail_with(s, WSAEINVAL, err);
 		s->tcp_port = v;
+		break;
+	case SO_WSP_ACCEPT_MS:
+		if (v < 0 || s->state == S_CLOSED)
+			return fail_with(s, WSAEINVAL, err);
+		s->accept_ms = v;
 		break;
 	default:
 		return fail_with(s, WSAENOPROTOOPT, err);

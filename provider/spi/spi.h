@@ -77,6 +77,7 @@ struct wsp_socket {
 	uint32_t rdma_threshold;
 	int tcp_listener;                /* SO_WSP_TCP_LISTENER; -1 when not set */
 	int tcp_port;                    /* SO_WSP_TCP_PORT; 0: the port dialled */
+	int accept_ms;                   /* SO_WSP_ACCEPT_MS; 0: WSPAccept waits until a request */
 	struct wsd_port *port;
 	uintptr_t key;
 	struct wsp_req *reqs;

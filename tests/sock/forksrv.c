@@ -15,7 +15,10 @@
  * "moved"), or, for one not noted yet, answers "shared" and the peer asks
  * again.  The second child here accepts only a while after its connection
  * was made, so that its peer asks before it has it.  Both connections
- * must be accelerated.  Then one child holds MANY connections at once (a
+ * must be accelerated.  A child that is the first to accept, and late to,
+ * must have its connection accelerated too (the parent's registry kept
+ * the request for its own accept until the peer gave up).  Then one child
+ * holds MANY connections at once (a
  * worker with many clients): every one of them must be accelerated too
  * (the children's notes once overwrote each other: 35 of 200 stayed on
  * TCP).
@@ -159,6 +162,41 @@ static void prefork_case(void)
 	EXPECT(0, "close the listener", close(lfd));
 }
 
+/*
+ * A child that is the first to accept, and late to: its peer's request
+ * reaches the parent's registry while the listener is still the parent's
+ * alone, and is kept there for an accept that will never come in this
+ * process.  The child's first accept makes the listener shared; the
+ * parent's registry must then send the request on (moved), not leave the
+ * peer waiting until it gives up (no-match, its connection on TCP).
+ */
+static void prefork_late_case(void)
+{
+	int port, lfd = t_listen(AF_INET, &port), fd, go[2];
+	pid_t child;
+
+	say("-- the only child accepts late: its peer asked the parent first");
+	MUST(pipe(go));
+	child = MUST(fork());
+	if (!child) {
+		close(go[1]);
+		CHECK(read(go[0], &(char){ 0 }, 1) == 1, "no word from the parent");
+		sleep_ms(400);
+		serve_one(lfd, true, -1, 0);
+		_exit(0);
+	}
+	close(go[0]);
+	fd = t_connect(AF_INET, port);
+	CHECK(write(go[1], "g", 1) == 1, "could not tell the child");
+	warmup(fd, true);
+	echo_calls(fd, CALLS, 11);
+	say("%d calls to the late child: ok", CALLS);
+	EXPECT(0, "close", close(fd));
+	reap(child, "the child");
+	close(go[1]);
+	EXPECT(0, "close the listener", close(lfd));
+}
+
 static void prefork_many_case(void)
 {
 	int port, lfd = t_listen(AF_INET, &port), *fd = calloc(MANY, sizeof(int));
@@ -200,6 +238,7 @@ int main(int argc, char **argv)
 	MUST(prctl(PR_SET_CHILD_SUBREAPER, 1));
 	daemon_case();
 	prefork_case();
+	prefork_late_case();
 	prefork_many_case();
 	t_exit();
 }
