@@ -5,13 +5,17 @@
  * as a message and answered on the channel's reader, or posted in a grant
  * of the peer's mailbox with the connection's first bytes already in the
  * granted ring, and settled from the entry (committed, or those bytes
- * sent by the stream).  pend_lock guards the OPENs in flight.
+ * sent by the stream).  Where there is no mailbox (verbs), the first bytes
+ * sent after an OPEN message are held here until its answer, a while, and
+ * then go into the ring the answer names, or by the stream.  pend_lock
+ * guards the OPENs in flight.
  */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "provider/fault.h"
 #include "provider/internal.h"
 #include "switch/chan.h"
 #include "switch/session.h"
@@ -29,6 +33,13 @@ struct open_req {
 	struct wsd_sock *s;          /* held */
 	struct wsd_session *ss;
 	bool boxed, claimed;         /* pend_lock */
+	/*
+	 * A message OPEN whose socket holds its first bytes (s->prov_hold):
+	 * its answer is kept here (kind 0: the channel ended) for the thread
+	 * that claims it to settle (pend_lock).
+	 */
+	bool hold, answered;
+	struct wsd_chmsg ans;
 	int box;
 	int64_t posted_ns;
 	struct wsd_chmsg m;          /* to send as a message if taken back */
@@ -73,6 +84,7 @@ void open_send(struct wsd_sock *s, struct wsd_chan *ch, const struct wsd_tuple *
 	o->ss = ss;
 	pthread_mutex_lock(&pend_lock);
 	o->req = m.req = next_req++;
+	o->posted_ns = wsd_now_ns();
 	o->next = opens;
 	opens = o;
 	pthread_mutex_unlock(&pend_lock);
@@ -80,6 +92,13 @@ void open_send(struct wsd_sock *s, struct wsd_chan *ch, const struct wsd_tuple *
 		return;
 	/* not sent: unless the channel's death took it first, it is ours to end */
 	pthread_mutex_lock(&pend_lock);
+	if (o->hold) {
+		/* another thread of the program holds bytes for it already: settled as ended */
+		o->answered = true;
+		memset(&o->ans, 0, sizeof(o->ans));
+		pthread_mutex_unlock(&pend_lock);
+		return;
+	}
 	if (!open_unlink(o)) {
 		pthread_mutex_unlock(&pend_lock);
 		return;
@@ -105,6 +124,11 @@ bool open_post(struct wsd_sock *s, struct wsd_chan *ch, const struct wsd_tuple *
 	struct wsd_session *ss;
 	int idx;
 
+	long arg;
+
+	/* the test build holds first bytes on shm too (open_hold_begin): no grant then */
+	if (wsd_fault("hold-shm", &arg))
+		return false;
 	idx = wsd_chan_box_claim(ch, &g);
 
 	if (idx < 0)
@@ -162,15 +186,27 @@ static void open_answered(struct wsd_chan *ch, struct open_req *o, const struct 
 	free(o);
 }
 
+static bool hold_look(struct open_req *o, bool give_up, bool to_tcp);
+static void box_unclaim(struct open_req *o);
+
 void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_chmsg *m)
 {
 	struct open_req *o = NULL;
+	bool held = false, mine = false;
 
 	pthread_mutex_lock(&pend_lock);
 	for (struct open_req **pp = &opens; *pp; pp = &(*pp)->next)
-		if ((*pp)->ch == ch && (*pp)->req == req && !(*pp)->boxed) {
+		if ((*pp)->ch == ch && (*pp)->req == req && !(*pp)->boxed && !(*pp)->answered) {
 			o = *pp;
-			*pp = o->next;
+			if (o->hold) {
+				/* its socket holds bytes for it: kept for the settling thread */
+				o->answered = held = true;
+				o->ans = *m;
+				mine = !o->claimed;
+				o->claimed = true;
+			} else {
+				*pp = o->next;
+			}
 			break;
 		}
 	pthread_mutex_unlock(&pend_lock);
@@ -178,7 +214,131 @@ void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_c
 		wsd_debug("switch: channel %u: an answer to no request", wsd_chan_id(ch));
 		return;
 	}
-	open_answered(ch, o, m);
+	if (!held)
+		open_answered(ch, o, m);
+	else if (mine && !hold_look(o, false, false))
+		box_unclaim(o);   /* OPENED, the peer not ready yet: the settling thread's */
+}
+
+/* ---- first bytes held for an OPEN message's answer (no mailbox: verbs) --------------- */
+
+/* How long sends are held for an OPEN's answer, from its sending; then by the stream. */
+#define HOLD_WAIT_NS 2000000
+
+void open_hold_begin(struct wsd_sock *s)
+{
+	struct open_req *o;
+	long arg;
+
+	pthread_mutex_lock(&s->tx_lock);
+	pthread_mutex_lock(&pend_lock);
+	for (o = opens; o; o = o->next)
+		if (o->s == s && !o->boxed)
+			break;
+	/*
+	 * Where a mailbox would take them (shm) they go by the stream as
+	 * before; the test build may hold them there too.
+	 */
+	if (o && !o->hold && !o->answered && !s->prov && !s->tx_shut && !s->detached &&
+	    s->tx_mode == DIR_TCP && wsd_now_ns() - o->posted_ns < HOLD_WAIT_NS &&
+	    (wsd_chan_path(o->ch) == PATH_VERBS || wsd_fault("hold-shm", &arg))) {
+		o->hold = true;
+		s->prov = o->ss;
+		s->prov_hold = true;
+		s->prov_len = 0;
+		atomic_fetch_add(&wsd_prov_open, 1);
+	}
+	pthread_mutex_unlock(&pend_lock);
+	pthread_mutex_unlock(&s->tx_lock);
+}
+
+/*
+ * The held bytes' end: into the ring of the session o's answer made
+ * (commit: the peer answered OPENED and is ready), else by the stream.  o
+ * (OPENED, unlinked) attaches its session first; NULL: none.
+ */
+static void hold_end(struct wsd_sock *s, struct open_req *o, bool commit)
+{
+	pthread_mutex_lock(&s->tx_lock);
+	if (o) {
+		wsd_session_peer(o->ss, &o->ans.h);
+		wsd_session_known(o->ss);
+		wsd_session_attach(s, o->ss);
+	}
+	if (commit)
+		tx_hold_commit(s);
+	else
+		tx_prov_undo(s);
+	s->prov = NULL;
+	s->prov_hold = false;
+	free(s->prov_buf);
+	s->prov_buf = NULL;
+	s->prov_len = 0;
+	pthread_mutex_unlock(&s->tx_lock);
+	atomic_fetch_sub(&wsd_prov_open, 1);
+}
+
+/*
+ * A look at a held OPEN's answer, by the thread that claimed it: true when
+ * it is settled (o freed, or a message OPEN like any from now on), false
+ * when left as it was.  give_up: no answer yet, or an OPENED whose peer is
+ * not ready, sends the bytes by the stream; to_tcp the same, whatever the
+ * answer.  Outcomes:
+ *
+ *   OPENED, the peer ready      the bytes into its ring after our SWITCH,
+ *                               then our proof (tx_hold_commit);
+ *   OPENED, given up            the bytes by the stream, the session ours:
+ *                               it switches at a later send, as any;
+ *   DECLINE, the channel ended  the bytes by the stream, the connection
+ *                               plain (or asked again, as the reason says);
+ *   no answer, given up         the bytes by the stream; the OPEN stands,
+ *                               its answer taken as any message OPEN's.
+ */
+static bool hold_look(struct open_req *o, bool give_up, bool to_tcp)
+{
+	struct wsd_sock *s = o->s;
+	enum wsd_reason why = R_PEER_PLAIN;
+	struct wsd_chmsg a;
+	bool answered, commit;
+
+	pthread_mutex_lock(&pend_lock);
+	answered = o->answered;
+	a = o->ans;
+	if (!answered && (give_up || to_tcp)) {
+		o->hold = false;
+		o->claimed = false;
+		wsd_sock_hold(s);   /* o, and its hold on s, may go with the answer from here */
+	}
+	pthread_mutex_unlock(&pend_lock);
+	if (!answered) {
+		if (!give_up && !to_tcp)
+			return false;
+		hold_end(s, NULL, false);
+		wsd_debug("switch: fd %d: no answer yet: its first bytes by the stream", s->fd);
+		wsd_sock_put(s);
+		return true;
+	}
+	if (a.h.kind == MSG_OPENED) {
+		commit = !to_tcp && wsd_session_rx_ready(o->ss);
+		if (!commit && !give_up && !to_tcp)
+			return false;
+	} else if (a.h.kind == MSG_DECLINE && a.h.reason && a.h.reason < R_NREASONS) {
+		why = connect_follow(s, (enum wsd_reason)a.h.reason, a.h.seg);
+	}
+	pthread_mutex_lock(&pend_lock);
+	open_unlink(o);
+	pthread_mutex_unlock(&pend_lock);
+	if (a.h.kind == MSG_OPENED) {
+		hold_end(s, o, commit);
+		wsd_debug("switch: fd %d upgraded on channel %u, its first bytes by %s", s->fd,
+			  wsd_chan_id(o->ch), commit ? "ring" : "the stream");
+		wsd_sock_put(s);
+	} else {
+		hold_end(s, NULL, false);
+		open_fail(s, o->ss, why);
+	}
+	free(o);
+	return true;
 }
 
 /* The first bytes' end, once o's fate is known: commit (OPENED) or go by the stream. */
@@ -291,7 +451,8 @@ static struct open_req *box_claim(const struct wsd_sock *s, int64_t older_than)
 
 	pthread_mutex_lock(&pend_lock);
 	for (o = opens; o; o = o->next)
-		if (o->boxed && !o->claimed && (s ? o->s == s : o->posted_ns < older_than)) {
+		if ((o->boxed || o->hold) && !o->claimed &&
+		    (s ? o->s == s : o->posted_ns < older_than)) {
 			o->claimed = true;
 			break;
 		}
@@ -313,6 +474,12 @@ static void box_unclaim(struct open_req *o)
 
 _Atomic int wsd_prov_open;
 
+/* A look at o's answer, posted or held (box_look, hold_look). */
+static bool req_look(struct open_req *o, bool give_up, bool to_tcp)
+{
+	return o->hold ? hold_look(o, give_up, to_tcp) : box_look(o, give_up, to_tcp);
+}
+
 void open_box_wait(struct wsd_sock *s, bool spin, bool to_tcp)
 {
 	struct open_req *o;
@@ -320,12 +487,12 @@ void open_box_wait(struct wsd_sock *s, bool spin, bool to_tcp)
 
 	if (!s->prov || !(o = box_claim(s, 0)))
 		return;
-	end = o->posted_ns + BOX_WAIT_NS;
-	hard = o->posted_ns + BOX_TAKEN_NS;
+	end = o->posted_ns + (o->hold ? HOLD_WAIT_NS : BOX_WAIT_NS);
+	hard = o->hold ? end : o->posted_ns + BOX_TAKEN_NS;
 	for (;;) {
 		int64_t now = wsd_now_ns();
 
-		if (box_look(o, spin ? now >= end : now >= hard, to_tcp))
+		if (req_look(o, spin ? now >= end : now >= hard, to_tcp))
 			return;
 		if (!spin || now >= hard + BOX_WAIT_NS)
 			break;
@@ -365,7 +532,7 @@ void wsd_upgrade_box_sweep(void)
 
 	/* each claimed once a sweep: one left as it was is not claimed again */
 	for (int n = 0; n < 64 && (o = box_claim(NULL, old)); n++)
-		if (!box_look(o, true, false)) {
+		if (!req_look(o, !o->hold || wsd_now_ns() - o->posted_ns >= HOLD_WAIT_NS, false)) {
 			pthread_mutex_lock(&pend_lock);
 			o->posted_ns = wsd_now_ns();
 			o->claimed = false;
@@ -381,8 +548,15 @@ void wsd_upgrade_chan_dead(struct wsd_chan *ch)
 	for (struct open_req **pp = &opens; *pp;) {
 		struct open_req *o = *pp;
 
-		/* a posted one is settled from its mailbox entry (box_look), which outlives the channel */
-		if (o->ch == ch && !o->boxed) {
+		/*
+		 * a posted one is settled from its mailbox entry (box_look), which
+		 * outlives the channel; a held one as answered by the end (below)
+		 */
+		if (o->ch == ch && o->hold) {
+			o->answered = true;
+			memset(&o->ans, 0, sizeof(o->ans));
+			pp = &o->next;
+		} else if (o->ch == ch && !o->boxed) {
 			*pp = o->next;
 			o->next = mine;
 			mine = o;
@@ -391,6 +565,21 @@ void wsd_upgrade_chan_dead(struct wsd_chan *ch)
 		}
 	}
 	pthread_mutex_unlock(&pend_lock);
+	/* the held ones' bytes by the stream now: a thread asleep may wait for them */
+	for (;;) {
+		struct open_req *o;
+
+		pthread_mutex_lock(&pend_lock);
+		for (o = opens; o; o = o->next)
+			if (o->ch == ch && o->hold && !o->claimed)
+				break;
+		if (o)
+			o->claimed = true;
+		pthread_mutex_unlock(&pend_lock);
+		if (!o)
+			break;
+		(void)hold_look(o, true, false);   /* answered (ended): always settled */
+	}
 	accept_chan_dead(ch);
 	while (mine) {
 		struct open_req *o = mine;

@@ -120,6 +120,8 @@ void wsd_session_forget_peer(struct wsd_session *ss);
  */
 void tx_prov_commit(struct wsd_sock *s);
 void tx_prov_undo(struct wsd_sock *s);
+/* tx_lock held, s->prov_hold, s->sess attached: the held bytes by ring (or stream). tx.c */
+void tx_hold_commit(struct wsd_sock *s);
 /* The peer published rx_ready in our slot. */
 bool wsd_session_rx_ready(struct wsd_session *ss);
 /* The channel's sweep (its mu held): an idle ring gives its pages back. */

@@ -279,6 +279,7 @@ struct wsd_sock {
 	 * bytes written when the SWITCH went there.
 	 */
 	struct wsd_session *prov;
+	bool prov_hold;              /* ...or held here, the OPEN sent by message (open.c) */
 	uint8_t *prov_buf;
 	uint32_t prov_len;
 	int64_t prov_k0;
@@ -553,6 +554,12 @@ void wsd_sock_unswitched(struct wsd_sock *s);
  * exec).  No lock of s held.
  */
 void wsd_upgrade_settle(struct wsd_sock *s, bool to_tcp);
+/*
+ * s's OPEN went by message a moment ago and is unanswered: its next sends
+ * are held (s->prov, s->prov_hold) until the answer, for a while, where a
+ * grant's would go into the peer's ring (open.c).  No lock of s held.
+ */
+void open_hold_begin(struct wsd_sock *s);
 void wsd_upgrade_settle_all(bool to_tcp);
 extern _Atomic int wsd_prov_open;   /* sockets with first bytes unsettled */
 /* Before a wait, fork or exec: first bytes that wait for their peer's answer settled. */

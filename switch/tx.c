@@ -473,10 +473,24 @@ static ssize_t send_prov(struct wsd_sock *s, struct cursor *c)
 	if (!want)
 		return 0;
 	if (s->tx_shut || s->detached || want > PROV_MAX - s->prov_len ||
-	    want > max_payload(ss) || !fits(ss, (uint32_t)want + 64, false))
+	    (!s->prov_hold && (want > max_payload(ss) || !fits(ss, (uint32_t)want + 64, false))))
 		return -EXDEV;
 	if (!s->prov_buf && !(s->prov_buf = malloc(PROV_MAX)))
 		return -EXDEV;
+	if (s->prov_hold) {
+		/* held here: nothing goes anywhere before the answer (tx_hold_commit) */
+		if (!s->prov_len) {
+			s->prov_k0 = kernel_written(s->fd, true);
+			if (s->prov_k0 > 1 + (int64_t)s->tcp_tx) {
+				stream_reset(s, R_BYPASS);
+				return -ECONNRESET;
+			}
+		}
+		cur_copy_from(&k, s->prov_buf + s->prov_len, want);
+		s->prov_len += (uint32_t)want;
+		cur_skip(c, want);
+		return (ssize_t)want;
+	}
 	if (s->tx_mode == DIR_TCP) {
 		uint64_t n = s->tcp_tx;
 
@@ -503,13 +517,47 @@ static ssize_t send_prov(struct wsd_sock *s, struct cursor *c)
 	return (ssize_t)want;
 }
 
+/*
+ * tx_lock held, s->prov_hold: the first bytes held here go into the ring of
+ * the session attached to s (the peer answered OPENED and is ready), after
+ * our SWITCH record, as if sent into a grant (tx_prov_commit writes our
+ * proof); by the stream when the ring cannot take them now.
+ */
+void tx_hold_commit(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t n = s->tcp_tx;
+
+	/* nothing held (a first send too large to hold): the usual switch, at that send */
+	if (ss && s->prov_len && s->tx_mode == DIR_TCP && !s->tx_shut && !s->detached &&
+	    s->prov_len <= max_payload(ss) && fits(ss, s->prov_len + 128, false) &&
+	    !record_on(s, ss, REC_SWITCH, NULL, sizeof(n), &n)) {
+		/* from here on the grant's way: the SWITCH is in the ring */
+		s->tx_mode = DIR_PROV;
+		if (s->prov_len &&
+		    record_on(s, ss, REC_DATA, NULL, s->prov_len, s->prov_buf)) {
+			session_fail(ss, R_PROVIDER, "the first bytes did not go into the ring");
+			return;
+		}
+		tx_prov_commit(s);
+		return;
+	}
+	tx_prov_undo(s);
+}
+
 void tx_prov_undo(struct wsd_sock *s)
 {
 	int64_t k = kernel_written(s->fd, false);
 	uint32_t done = 0;
 
-	if (s->tx_mode != DIR_PROV)
+	if (s->prov_hold) {
+		/* held, never in a ring: the stream's, unless a write we did not see went first */
+		s->prov_hold = false;
+		if (!s->prov_len)
+			return;
+	} else if (s->tx_mode != DIR_PROV) {
 		return;
+	}
 	s->tx_mode = DIR_TCP;
 	/* a write we did not see went on the stream ahead of the copy: no order left to keep */
 	if (k >= 0 && s->prov_k0 >= 0 && k > s->prov_k0) {
@@ -548,6 +596,9 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 
 	wsd_upgrade_maybe(s);
 	cur_skip(&c, 0);
+	/* an OPEN just sent by message: our bytes wait here for its answer, a while */
+	if (!s->prov && s->chan_known && atomic_load(&s->upgrade_state) == UP_RUNNING)
+		open_hold_begin(s);
 	if (s->prov) {
 		pthread_mutex_lock(&s->tx_lock);
 		n = s->prov ? send_prov(s, &c) : -EXDEV;

@@ -15,6 +15,7 @@
  * server's accept came too late), never all.  The client holds them open
  * until one wsd stat has looked (a spawn from a process with a channel
  * ends the channel: one in the middle would leave the rest on TCP).
+ * FIRST_MIN_RING asks for more of them than one (tests/fault/hold_check.sh).
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -106,10 +107,13 @@ static void client(struct peer *self, void *arg)
 		ring += tcp == 0 && by == 128;
 	}
 	if (json) {
+		const char *min = getenv("FIRST_MIN_RING");
+		int want = min ? atoi(min) : 1;
+
 		fprintf(stderr, "first: %d of %d small connections carried no byte on the stream\n",
 			ring, SMALL);
-		if (!ring)
-			die("no connection carried its first bytes by ring");
+		if (ring < want)
+			die("%d connections carried their first bytes by ring, not %d", ring, want);
 	}
 	for (int i = 0; i < SMALL; i++)
 		EXPECT(0, "close", close(small[i]));
