@@ -34,6 +34,9 @@ static const struct wsd_param params[] = {
 	  "a connection is upgraded once it has carried this many bytes ..." },
 	{ "WSD_UPGRADE_US", "integer", "1000",
 	  "... or once it is this many microseconds old, whichever comes first" },
+	{ "WSD_HOLD_US", "integer", "2000",
+	  "on verbs, a new connection's first sends wait this long at most for its upgrade's "
+	  "answer, then go by TCP (0: never held)" },
 	{ "WSD_ZCOPY_THRESHOLD", "integer", "-1",
 	  "blocking sends of at least this many bytes go by zero copy (0: never; -1: none "
 	  "where the peer's ring is mapped (shm), else 262144)" },

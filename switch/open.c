@@ -223,7 +223,7 @@ void wsd_upgrade_on_answer(struct wsd_chan *ch, uint64_t req, const struct wsd_c
 /* ---- first bytes held for an OPEN message's answer (no mailbox: verbs) --------------- */
 
 /* How long sends are held for an OPEN's answer, from its sending; then by the stream. */
-#define HOLD_WAIT_NS 2000000
+#define HOLD_WAIT_NS (wsd_switch_params()->hold_ns)
 
 void open_hold_begin(struct wsd_sock *s)
 {

@@ -642,6 +642,7 @@ struct wsd_switch_params {
 	uint32_t ring_size;          /* WSD_SWITCH_RING */
 	uint64_t upgrade_bytes;      /* WSD_UPGRADE_BYTES */
 	uint64_t upgrade_ns;         /* WSD_UPGRADE_US */
+	int64_t hold_ns;             /* WSD_HOLD_US */
 	uint32_t zcopy_threshold;    /* WSD_ZCOPY_THRESHOLD (0 in the variable: never) */
 	bool zcopy_by_path;          /* -1 in the variable: no zero copy over a mapped ring */
 };

@@ -49,6 +49,9 @@ static void params_init(void)
 	params.ring_size = (uint32_t)ring;
 	params.upgrade_bytes = (uint64_t)wsd_param_long("WSD_UPGRADE_BYTES");
 	params.upgrade_ns = (uint64_t)wsd_param_long("WSD_UPGRADE_US") * 1000;
+	/* a second at most: the program's first receive may wait that long */
+	params.hold_ns = wsd_param_long("WSD_HOLD_US") > 1000000 ? 1000000000 :
+			 wsd_param_long("WSD_HOLD_US") * 1000;
 	zc = wsd_param_long("WSD_ZCOPY_THRESHOLD");
 	/*
 	 * By default (-1) none where the ring is mapped: measured on shm, a round
