@@ -82,6 +82,7 @@ void open_send(struct wsd_sock *s, struct wsd_chan *ch, const struct wsd_tuple *
 	o->ch = ch;
 	o->s = s;
 	o->ss = ss;
+	s->hold_looked = false;   /* its next send may hold (open_hold_begin) */
 	pthread_mutex_lock(&pend_lock);
 	o->req = m.req = next_req++;
 	o->posted_ns = wsd_now_ns();
@@ -231,6 +232,7 @@ void open_hold_begin(struct wsd_sock *s)
 	long arg;
 
 	pthread_mutex_lock(&s->tx_lock);
+	s->hold_looked = true;
 	pthread_mutex_lock(&pend_lock);
 	for (o = opens; o; o = o->next)
 		if (o->s == s && !o->boxed)

@@ -280,6 +280,7 @@ struct wsd_sock {
 	 */
 	struct wsd_session *prov;
 	bool prov_hold;              /* ...or held here, the OPEN sent by message (open.c) */
+	bool hold_looked;            /* open_hold_begin looked for this OPEN (once) */
 	uint8_t *prov_buf;
 	uint32_t prov_len;
 	int64_t prov_k0;

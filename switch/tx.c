@@ -597,7 +597,7 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	wsd_upgrade_maybe(s);
 	cur_skip(&c, 0);
 	/* an OPEN just sent by message: our bytes wait here for its answer, a while */
-	if (!s->prov && s->chan_known && atomic_load(&s->upgrade_state) == UP_RUNNING)
+	if (!s->hold_looked && s->chan_known && atomic_load(&s->upgrade_state) == UP_RUNNING)
 		open_hold_begin(s);
 	if (s->prov) {
 		pthread_mutex_lock(&s->tx_lock);
