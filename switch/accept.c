@@ -607,10 +607,13 @@ void wsd_upgrade_accepted(struct wsd_sock *s)
  * connections the child accepted or will accept, which this process will
  * never see.  They are answered as take_request would answer them now:
  * moved to the child's registry that noted the connection, else shared
- * (the peer asks again later).  The registry's acceptor calls this at
- * each wake, at least every 200 ms.
+ * (the peer asks again later).  side: we are a fork child and this our
+ * own registry, on that port: only the requests for connections a sibling
+ * noted are answered, moved to its registry (a peer guessed us, its
+ * last connection having been ours: connect.c, probe_routed).  The
+ * registry's acceptor calls this at each wake, at least every 200 ms.
  */
-void accept_pending_reshare(uint16_t port)
+void accept_pending_reshare(uint16_t port, uint16_t side)
 {
 	struct pending *gone = NULL, **tail = &gone;
 	bool shared;
@@ -625,9 +628,17 @@ void accept_pending_reshare(uint16_t port)
 			continue;
 		}
 		/* up_lock inside pend_lock, as in take_request */
-		moved = registry_moved(port, &p->t, &shared);
-		if (!shared)
-			break;       /* not shared: none of the port's requests is */
+		if (side) {
+			moved = registry_sibling(port, side, &p->t);
+			if (!moved) {
+				pp = &p->next;
+				continue;
+			}
+		} else {
+			moved = registry_moved(port, &p->t, &shared);
+			if (!shared)
+				break;       /* not shared: none of the port's requests is */
+		}
 		pending_unlink(pp);
 		p->moved = moved;
 		*tail = p;

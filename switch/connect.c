@@ -48,6 +48,22 @@ void connect_fail(struct wsd_sock *s, enum wsd_reason why)
 {
 	/* wsd stat names the connection that stays on TCP, whatever stopped it */
 	(void)learn_tuple(s);
+	/*
+	 * Asked first at the process the peer's registry sent its last
+	 * connection on to (routed), which did not have this one (another
+	 * child's, or gone): no more guesses for a while, and the port's
+	 * registry asked as for any connection (or the process that one
+	 * named, followed as any moved).
+	 */
+	if (s->routed) {
+		s->routed = false;
+		probe_route(&s->stat->peer, 0, true);
+		if (why != R_MOVED)
+			s->moved_port = 0;
+		wsd_debug("switch: fd %d: not where the last one went (%s)", s->fd,
+			  wsd_reason_name(why));
+		why = R_MOVED;
+	}
 	set_reason(s, why);
 	/*
 	 * The peer's registry answered for a process it forked: one that has
@@ -85,8 +101,10 @@ enum wsd_reason connect_follow(struct wsd_sock *s, enum wsd_reason why, uint32_t
 {
 	if (why != R_MOVED)
 		return why;
-	if (s->moved_port || !port || port > 65535)
+	if ((s->moved_port && !s->routed) || !port || port > 65535)
 		return R_PROTOCOL;
+	if (!s->routed)
+		probe_route(&s->stat->peer, (uint16_t)port, false);   /* the next ones ask there */
 	s->moved_port = (uint16_t)port;
 	return R_MOVED;
 }
@@ -140,8 +158,15 @@ static bool client_open_now(struct wsd_sock *s, bool at_connect)
 	struct wsd_tuple t;
 	struct wsd_chan *ch;
 
+	struct wsd_stat_addr key;
+
 	/* not connected yet (a non-blocking connect), or moved: the worker asks */
-	if (s->moved_port || learn_tuple(s) || !(ch = wsd_chan_find(&s->stat->peer)))
+	if ((s->moved_port && !s->routed) || learn_tuple(s))
+		return false;
+	key = s->stat->peer;
+	if (s->moved_port)
+		key.port = s->moved_port;   /* routed: where the last one went */
+	if (!(ch = wsd_chan_find(&key)))
 		return false;
 	atomic_store(&s->upgrade_state, UP_RUNNING);
 	if (client_tuple(s, &t) && !open_post(s, ch, &t)) {
@@ -245,18 +270,34 @@ static void client_upgrade(struct wsd_sock *s)
 	enum wsd_reason why;
 	socklen_t tolen;
 	uint32_t moved;
+	bool route = !s->moved_port;
 
 	if (!client_tuple(s, &t))
 		return;
 again:
 	key = s->stat->peer;
-	if (s->moved_port)
-		key.port = s->moved_port;
+	/*
+	 * Queued before the answer that taught us the route came (a burst
+	 * of connections): asked where the last one went, as in
+	 * wsd_upgrade_maybe, if we still have a channel there.
+	 */
+	if (route && (key.port = probe_routed(&s->stat->peer))) {
+		s->routed = true;
+		s->moved_port = key.port;
+	}
+	route = false;
+	key.port = s->moved_port ? s->moved_port : s->stat->peer.port;
 	ch = wsd_chan_find(&key);
 	if (ch) {
 		open_send(s, ch, &t);
 		wsd_chan_put(ch);
 		return;
+	}
+	if (s->routed) {
+		/* that channel ended: the port's registry, as for any */
+		s->routed = false;
+		s->moved_port = 0;
+		goto again;
 	}
 	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes()))
 		return connect_fail(s, R_RESOURCES);
@@ -409,6 +450,26 @@ static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 		return;
 	if (now < s->retry_ns)
 		return;
+	if (!s->chan_known && !s->moved_port && !s->route_looked) {
+		/*
+		 * The peer's registry sent its last connection on to a process
+		 * (a fork child) we have a channel with: this one asks there at
+		 * once, not at that registry first (looked at once, here, where
+		 * the connection would cost the worker a registry connection).
+		 */
+		struct wsd_stat_addr key;
+		struct wsd_chan *ch;
+
+		s->route_looked = true;
+		to_addr(&s->peer, &key);
+		if (key.family && (key.port = probe_routed(&key)) && (ch = wsd_chan_find(&key))) {
+			s->chan_known = s->routed = true;
+			s->moved_port = key.port;
+			wsd_chan_put(ch);
+			wsd_debug("switch: fd %d asks on port %u, where the last one went", s->fd,
+				  key.port);
+		}
+	}
 	if (!s->chan_known) {
 		/* a peer whose listener its forked children share: not asked for a while */
 		struct wsd_stat_addr key;

@@ -21,6 +21,7 @@
 #include "switch/upgrade_int.h"
 
 #define PROBE_BACKOFF_MS 30000
+#define ROUTE_MS 30000               /* a route learnt, and one that missed, last this long */
 #define PROBE_RETRY_MS 1000
 #define PROBE_PEERS 32
 
@@ -29,6 +30,15 @@ static struct probe_peer {
 	struct wsd_stat_addr key;
 	int64_t until_ms;            /* not asked again before then */
 	int64_t shared_until_ms;     /* its listener shared (R_SHARED): no connection asks before then */
+	/*
+	 * Its registry sent a connection on to the registry on this port of
+	 * the same address (R_MOVED: a fork child's); until route_until_ms
+	 * later connections ask there first (probe_routed).  One asked there
+	 * that was not there (another child's) stops that until
+	 * no_route_until_ms.
+	 */
+	uint16_t route;
+	int64_t route_until_ms, no_route_until_ms;
 	bool busy;                   /* a job for it is queued or running */
 } peers[PROBE_PEERS];
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -161,6 +171,36 @@ bool probe_is_shared(const struct wsd_stat_addr *key)
 		r = e->shared_until_ms > wsd_now_ms();
 	pthread_mutex_unlock(&probe_lock);
 	return r;
+}
+
+void probe_route(const struct wsd_stat_addr *key, uint16_t port, bool missed)
+{
+	struct probe_peer *e;
+	int64_t now = wsd_now_ms();
+
+	pthread_mutex_lock(&probe_lock);
+	e = entry(key, !missed);
+	if (e && missed) {
+		e->route = 0;
+		e->no_route_until_ms = now + ROUTE_MS;
+	} else if (e && e->no_route_until_ms <= now) {
+		e->route = port;
+		e->route_until_ms = now + ROUTE_MS;
+	}
+	pthread_mutex_unlock(&probe_lock);
+}
+
+uint16_t probe_routed(const struct wsd_stat_addr *key)
+{
+	struct probe_peer *e;
+	uint16_t port = 0;
+
+	pthread_mutex_lock(&probe_lock);
+	e = entry(key, false);
+	if (e && e->route && e->route_until_ms > wsd_now_ms())
+		port = e->route;
+	pthread_mutex_unlock(&probe_lock);
+	return port;
 }
 
 /* fork, in the child: no jobs of ours in flight. */

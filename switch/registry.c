@@ -108,6 +108,20 @@ uint16_t registry_moved(uint16_t port, const struct wsd_tuple *t, bool *shared)
 	return moved;
 }
 
+uint16_t registry_sibling(uint16_t port, uint16_t side, const struct wsd_tuple *t)
+{
+	uint16_t moved = 0;
+
+	pthread_mutex_lock(&up_lock);
+	for (struct reg *r = regs; r; r = r->next)
+		if (r->port == port && r->side_port == side && r->page) {
+			moved = regpage_find(r->page, tuple_hash(&t->client, &t->server));
+			break;
+		}
+	pthread_mutex_unlock(&up_lock);
+	return moved == side ? 0 : moved;
+}
+
 bool registry_boxes(uint16_t port)
 {
 	bool boxes = true;
@@ -208,8 +222,10 @@ static void *acceptor(void *arg)
 				break;
 			}
 		}
-		if (port_shared(r))
-			accept_pending_reshare(r->port);
+		if (r->side_port)
+			accept_pending_reshare(r->port, r->side_port);
+		else if (port_shared(r))
+			accept_pending_reshare(r->port, 0);
 		if (ws == INVALID_SOCKET) {
 			if (err == WSAENETDOWN || err == WSAENOTSOCK)
 				break;
@@ -342,6 +358,7 @@ static uint16_t side_open(struct wsd_sock *l)
 		return 0;
 	r->port = l->stat->local.port;
 	r->refs = 1;
+	r->page = l->reg_page;       /* the parent's, where our siblings note theirs too */
 	r->side_fd = real.socket(l->family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (r->side_fd < 0 || real.bind(r->side_fd, (struct sockaddr *)&a, al) ||
 	    getsockname(r->side_fd, (struct sockaddr *)&a, &al))

@@ -218,6 +218,8 @@ struct wsd_sock {
 	bool nonblock;               /* O_NONBLOCK on the open file description */
 	bool connected_side;         /* created by connect (the side that upgrades) */
 	bool chan_looked, chan_known;   /* a channel to the peer: looked for, found */
+	bool routed;                 /* moved_port is probe_routed's guess, not an answer's */
+	bool route_looked;           /* probe_routed asked (once) */
 	uint64_t created_ns;
 	/* the peer answered busy: asked again from this time (CLOCK_MONOTONIC_COARSE ns), busy_tries times so far */
 	uint64_t retry_ns;

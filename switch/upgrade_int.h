@@ -69,6 +69,8 @@ bool peer_pid_is(SOCKET ws, uint32_t pid);
  * registrations after fork, in the child.
  */
 uint16_t registry_moved(uint16_t port, const struct wsd_tuple *t, bool *shared);
+/* In a fork child: the port of the sibling's own registry that noted t's connection, or 0. */
+uint16_t registry_sibling(uint16_t port, uint16_t side, const struct wsd_tuple *t);
 bool registry_boxes(uint16_t port);
 void registry_atfork_child(void);
 /*
@@ -116,10 +118,21 @@ void probe_atfork_child(void);
 /* The peer at key answered R_SHARED: none of its connections asks for a while. */
 void probe_shared(const struct wsd_stat_addr *key);
 bool probe_is_shared(const struct wsd_stat_addr *key);
+/*
+ * key's registry sent a connection on to its port port (R_MOVED): later
+ * connections to key ask there first, for a while (probe_routed: that
+ * port, or 0).  missed: one asked there was not there; not again for a
+ * while.
+ */
+void probe_route(const struct wsd_stat_addr *key, uint16_t port, bool missed);
+uint16_t probe_routed(const struct wsd_stat_addr *key);
 
 void accept_chan_dead(struct wsd_chan *ch);
-/* port's registry became shared: its requests in hand answered moved or shared. */
-void accept_pending_reshare(uint16_t port);
+/*
+ * port's registry became shared: its requests in hand answered moved or
+ * shared; side (a fork child's own registry): those a sibling noted, moved.
+ */
+void accept_pending_reshare(uint16_t port, uint16_t side);
 void accept_atfork_child(void);
 void connect_atfork_child(void);
 
