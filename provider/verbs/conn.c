@@ -16,10 +16,13 @@
 
 /* ---- device ------------------------------------------------------------ */
 
+/* Our device that rdma_cm's context ctx names (by name: the contexts differ). */
 int vb_dev_of(const struct vb_adapter *va, const struct ibv_context *ctx)
 {
-	for (int i = 0; i < va->ndev; i++)
-		if (va->dev[i].ctx == ctx)
+	const char *name = ctx ? ibv_get_device_name(ctx->device) : NULL;
+
+	for (int i = 0; name && i < va->ndev; i++)
+		if (!strcmp(ibv_get_device_name(va->dev[i].ctx->device), name))
 			return i;
 	return -1;
 }
@@ -52,10 +55,10 @@ static void adapter_close_op(void *priv)
 {
 	struct vb_adapter *va = priv;
 
-	for (int i = 0; i < va->ndev; i++)
+	for (int i = 0; i < va->ndev; i++) {
 		ibv_dealloc_pd(va->dev[i].pd);
-	if (va->list)
-		rdma_free_devices(va->list);
+		ibv_close_device(va->dev[i].ctx);
+	}
 	free(va->dev);
 	free(va);
 }
@@ -68,21 +71,26 @@ static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
 {
 	const char *want = wsd_param_str("WSD_VERBS_DEVICE");
 	struct vb_adapter *va;
+	struct ibv_device **list;
 	int n = 0;
 
 	va = calloc(1, sizeof(*va));
 	if (!va)
 		return -ENOMEM;
-	va->list = rdma_get_devices(&n);
+	list = ibv_get_device_list(&n);
 	va->dev = calloc(n > 0 ? (size_t)n : 1, sizeof(*va->dev));
-	for (int i = 0; va->list && va->dev && i < n; i++) {
+	for (int i = 0; list && va->dev && i < n; i++) {
 		struct vb_dev *d = &va->dev[va->ndev];
 
-		if (*want && strcmp(want, ibv_get_device_name(va->list[i]->device)))
+		if (*want && strcmp(want, ibv_get_device_name(list[i])))
 			continue;
-		d->ctx = va->list[i];
-		if (ibv_query_device(d->ctx, &d->attr) || !(d->pd = ibv_alloc_pd(d->ctx)))
+		d->ctx = ibv_open_device(list[i]);
+		if (!d->ctx)
 			continue;
+		if (ibv_query_device(d->ctx, &d->attr) || !(d->pd = ibv_alloc_pd(d->ctx))) {
+			ibv_close_device(d->ctx);
+			continue;
+		}
 		d->windows = d->attr.max_mw > 0 &&
 			     (d->attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
 							  IBV_DEVICE_MEM_WINDOW_TYPE_2B));
@@ -96,6 +104,8 @@ static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
 		}
 		va->ndev++;
 	}
+	if (list)
+		ibv_free_device_list(list);
 	if (!va->ndev) {
 		adapter_close_op(va);
 		return -ENODEV;
@@ -378,8 +388,8 @@ static struct vb_adapter *ep_adapter(struct nd_ep *ep)
 
 static void conn_free(struct vb_conn *vc)
 {
-	if (vc->id && vc->id->qp)
-		rdma_destroy_qp(vc->id);
+	if (vc->qp)
+		ibv_destroy_qp(vc->qp);
 	if (vc->scq_events)
 		ibv_ack_cq_events(vc->scq, vc->scq_events);
 	if (vc->rcq_events)
@@ -399,7 +409,49 @@ static void conn_free(struct vb_conn *vc)
 	free(vc);
 }
 
-/* CQs and the QP on id's device. */
+/*
+ * Our QP to state, with the attributes rdma_cm keeps for the connection
+ * (path, PSNs, the peer's QP number: rdma_init_qp_attr); depth, when not
+ * -1, is the read depth this side announced, which the QP must honour:
+ * max_dest_rd_atomic at RTR (reads the peer may have in flight at us),
+ * max_rd_atomic at RTS (ours at it).  0 or -errno.
+ */
+static int qp_move(struct vb_conn *vc, enum ibv_qp_state state, int depth)
+{
+	struct ibv_qp_attr a = { .qp_state = state };
+	struct ibv_port_attr port;
+	int mask, ret;
+
+	/*
+	 * INIT again first: made before the connection had its CM state, the
+	 * QP has no remote access rights yet; the CM gives them now, from the
+	 * read depths agreed (librdmacm does the same).
+	 */
+	if (state == IBV_QPS_RTR && (ret = qp_move(vc, IBV_QPS_INIT, -1)) < 0)
+		return ret;
+	if (rdma_init_qp_attr(vc->id, &a, &mask)) {
+		wsd_debug("verbs: rdma_init_qp_attr for state %d: %s", (int)state, strerror(errno));
+		return errno ? -errno : -EINVAL;
+	}
+	/*
+	 * On an InfiniBand port the kernel's answer may carry mask bits 21-23
+	 * (RoCE's) that the device then refuses; librdmacm drops them too.
+	 */
+	if (state == IBV_QPS_RTR &&
+	    !ibv_query_port(vc->va->dev[vc->dev].ctx, vc->id->port_num, &port) &&
+	    port.link_layer == IBV_LINK_LAYER_INFINIBAND)
+		mask &= ~0xe00000;
+	if (depth >= 0 && state == IBV_QPS_RTR)
+		a.max_dest_rd_atomic = (uint8_t)depth;
+	if (depth >= 0 && state == IBV_QPS_RTS)
+		a.max_rd_atomic = (uint8_t)depth;
+	ret = ibv_modify_qp(vc->qp, &a, mask);
+	if (ret)
+		wsd_debug("verbs: QP to state %d failed: %s", (int)state, strerror(ret > 0 ? ret : -ret));
+	return ret > 0 ? -ret : ret;
+}
+
+/* CQs and the QP on id's device, in state INIT. */
 static int conn_qp(struct nd_ep *ep, struct vb_conn *vc)
 {
 	struct vb_dev *d;
@@ -429,9 +481,10 @@ static int conn_qp(struct nd_ep *ep, struct vb_conn *vc)
 		return errno ? -errno : -ENOMEM;
 	qa.send_cq = vc->scq;
 	qa.recv_cq = vc->rcq;
-	if (rdma_create_qp(vc->id, d->pd, &qa))
-		return -errno;
-	return 0;
+	vc->qp = ibv_create_qp(d->pd, &qa);
+	if (!vc->qp)
+		return errno ? -errno : -ENOMEM;
+	return qp_move(vc, IBV_QPS_INIT, -1);
 }
 
 static nd_status conn_live(struct nd_ep *ep, struct vb_conn *vc)
@@ -480,10 +533,10 @@ static nd_status expect(struct vb_conn *vc, enum rdma_cm_event_type want, int64_
 		  ev->status, rdma_event_str(want));
 	if (ev->event == want) {
 		st = ND_SUCCESS;
-		if (want == RDMA_CM_EVENT_ESTABLISHED && ep) {
+		if (want == RDMA_CM_EVENT_CONNECT_RESPONSE && ep) {
 			struct vb_hello h;
 
-			wsd_debug("verbs: established, %u bytes of private data, depth %u/%u",
+			wsd_debug("verbs: answered, %u bytes of private data, depth %u/%u",
 				  ev->param.conn.private_data_len, ev->param.conn.initiator_depth,
 				  ev->param.conn.responder_resources);
 			if (hello_ok(ev->param.conn.private_data, ev->param.conn.private_data_len,
@@ -554,13 +607,22 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 
 		cp.initiator_depth = (uint8_t)(depth < 255 ? depth : 255);
 	}
+	cp.qp_num = vc->qp->qp_num;
 	if (rdma_connect(vc->id, &cp)) {
 		st = ND_CONNECTION_REFUSED;
 		goto fail;
 	}
-	st = expect(vc, RDMA_CM_EVENT_ESTABLISHED, deadline, ep);
+	/* the QP is ours: the answer comes as such, and we complete the connection */
+	st = expect(vc, RDMA_CM_EVENT_CONNECT_RESPONSE, deadline, ep);
 	if (st != ND_SUCCESS)
 		goto fail;
+	/* the depths the answer settled, as rdma_cm has them (as librdmacm does) */
+	if (qp_move(vc, IBV_QPS_RTR, -1) < 0 || qp_move(vc, IBV_QPS_RTS, -1) < 0 ||
+	    rdma_establish(vc->id)) {
+		rdma_reject(vc->id, NULL, 0);
+		st = ND_CONNECTION_ABORTED;
+		goto fail;
+	}
 	st = conn_live(ep, vc);
 	if (st == ND_SUCCESS)
 		return st;
@@ -601,11 +663,20 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 	cp.responder_resources = (uint8_t)(ep->attr.inbound_read_limit < vr->responder_resources ?
 					   ep->attr.inbound_read_limit : vr->responder_resources);
 	cp.initiator_depth = vr->initiator_depth;
+	cp.qp_num = vc->qp->qp_num;
+	if (qp_move(vc, IBV_QPS_RTR, cp.responder_resources) < 0) {
+		st = ND_INSUFFICIENT_RESOURCES;
+		goto fail;
+	}
 	if (rdma_accept(vc->id, &cp)) {
 		st = ND_CONNECTION_ABORTED;
 		goto fail;
 	}
 	st = expect(vc, RDMA_CM_EVENT_ESTABLISHED, deadline, NULL);
+	if (st == ND_SUCCESS && qp_move(vc, IBV_QPS_RTS, cp.initiator_depth) < 0) {
+		rdma_disconnect(vc->id);
+		st = ND_CONNECTION_ABORTED;
+	}
 	if (st != ND_SUCCESS)
 		goto fail;
 	ep->peer_len = req->len;

@@ -203,7 +203,7 @@ static void post_sends(struct nd_ep *ep, struct vb_conn *vc)
 				/* what went before still goes; this one fails the connection */
 				if (n) {
 					sw[n - 1].next = NULL;
-					if (!ibv_post_send(vc->id->qp, sw, &bad))
+					if (!ibv_post_send(vc->qp, sw, &bad))
 						ep->sq_exec += (uint64_t)n;
 				}
 				return local_fail(ep, wr, st);
@@ -215,10 +215,16 @@ static void post_sends(struct nd_ep *ep, struct vb_conn *vc)
 		if (!n)
 			return;
 		sw[n - 1].next = NULL;
-		if (ibv_post_send(vc->id->qp, sw, &bad)) {
-			struct nd_wr *wr = &ep->sq[bad->wr_id % ep->attr.outbound_entries];
+		bad = NULL;
+		if (ibv_post_send(vc->qp, sw, &bad)) {
+			/*
+			 * A provider may fail without naming the request (rxe, when
+			 * its doorbell is refused): then none of them is known to go.
+			 */
+			uint64_t at = bad >= sw && bad < sw + n ? bad->wr_id : ep->sq_exec;
+			struct nd_wr *wr = &ep->sq[at % ep->attr.outbound_entries];
 
-			ep->sq_exec = bad->wr_id;
+			ep->sq_exec = at;
 			return local_fail(ep, wr, ND_FAILURE);
 		}
 		ep->sq_exec += (uint64_t)n;
@@ -243,7 +249,7 @@ static void post_recvs(struct nd_ep *ep, struct vb_conn *vc)
 		vc->rq_status[vc->rq_posted % ep->attr.inbound_entries] =
 			wsd_sgl_check(rw->sgl, rw->nsge, ND_MR_FLAG_ALLOW_LOCAL_WRITE);
 		to_sge(ep, rw->sgl, rw->nsge, sge);
-		if (ibv_post_recv(vc->id->qp, &r, &bad)) {
+		if (ibv_post_recv(vc->qp, &r, &bad)) {
 			wsd_ep_terminate(ep);
 			return;
 		}
@@ -429,6 +435,8 @@ void vb_disconnect(struct nd_ep *ep)
 		return;
 	while (vc->nmws)
 		unbind(vc, vc->mws[vc->nmws - 1]);
+	/* what rdma_disconnect does to a QP of its own: flush what is posted */
+	(void)ibv_modify_qp(vc->qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_ERR }, IBV_QP_STATE);
 	rdma_disconnect(vc->id);
 	wsd_cq_detach(ep->attr.inbound_cq, vc->ch->fd);
 	wsd_cq_detach(ep->attr.outbound_cq, vc->ch->fd);
