@@ -176,6 +176,7 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 		a.flags = ss->proof_waived ? WSD_OPENED_HELD : 0;
 	}
 	if (!ss) {
+		why = errno == ENOSPC ? R_RESOURCES : R_PROVIDER;   /* a full channel */
 		if (!q->ch)
 			wsd_chan_put(ch);   /* closes q->ws with it: refused below, on nothing */
 		goto no_ch;
@@ -215,11 +216,11 @@ no:
 	return;
 no_ch:
 	if (q->ch)
-		answer_no(q, R_PROVIDER);
+		answer_no(q, why);
 	else
-		wsd_stat_refused(R_PROVIDER);
+		wsd_stat_refused(why);
 	atomic_store(&s->upgrade_state, UP_FAILED);
-	set_reason(s, R_PROVIDER);
+	set_reason(s, why);
 }
 
 /* pend_lock held: *pp out of the list. */

@@ -497,9 +497,15 @@ void wsd_chan_put(struct wsd_chan *ch)
 		chan_free(ch);
 }
 
-/* send_mu held: m into a free slot, sent; false when none is free or the send failed. */
+/*
+ * send_mu held: m into a free slot, sent; false when none is free, the
+ * peer has no receive for it (the last is kept for a CREDIT, so that one
+ * always goes), or the send failed (*failed).
+ */
 static bool out_post(struct wsd_chan *ch, const struct wsd_chmsg *m, bool *failed)
 {
+	if (ch->sent - ch->peer_taken >= NRECV - (m->h.kind == MSG_CREDIT ? 0u : 1u))
+		return false;
 	for (int i = 0; i < OUTS; i++) {
 		struct out *o = &ch->outs[i];
 		WSABUF b = { sizeof(o->m), (char *)&o->m };
@@ -509,6 +515,7 @@ static bool out_post(struct wsd_chan *ch, const struct wsd_chmsg *m, bool *faile
 		if (o->busy)
 			continue;
 		o->m = *m;
+		o->m.taken = ch->told = atomic_load(&ch->rx_taken);
 		memset(&o->ov, 0, sizeof(o->ov));
 		o->busy = true;
 		wsd_chan_hold(ch);   /* until its completion */
@@ -519,9 +526,36 @@ static bool out_post(struct wsd_chan *ch, const struct wsd_chmsg *m, bool *faile
 			*failed = true;
 			return false;
 		}
+		ch->sent++;
 		return true;
 	}
 	return false;
+}
+
+/*
+ * send_mu held: the line, in order, as far as slots and credit go; then a
+ * CREDIT if no message told the peer of half its credit since it came
+ * back (wsd-protocol(7), "Credits").
+ */
+static void out_drain(struct wsd_chan *ch, bool *failed)
+{
+	while (!*failed && ch->bl_head && !atomic_load(&ch->dead)) {
+		struct backlog *b = ch->bl_head;
+
+		if (!out_post(ch, &b->m, failed))
+			break;
+		ch->bl_head = b->next;
+		if (!ch->bl_head)
+			ch->bl_tail = &ch->bl_head;
+		ch->nbacklog--;
+		free(b);
+	}
+	if (!*failed && !atomic_load(&ch->dead) && atomic_load(&ch->rx_taken) - ch->told >= NRECV / 2) {
+		struct wsd_chmsg c = { .h = { .magic = WSD_PROTO_MAGIC,
+					      .version = WSD_PROTO_VERSION, .kind = MSG_CREDIT } };
+
+		(void)out_post(ch, &c, failed);   /* else at the next completion or credit */
+	}
 }
 
 int wsd_chan_send(struct wsd_chan *ch, struct wsd_chmsg *m)
@@ -533,14 +567,17 @@ int wsd_chan_send(struct wsd_chan *ch, struct wsd_chmsg *m)
 		return -EPIPE;
 	pthread_mutex_lock(&ch->send_mu);
 	if (ch->bl_head || !out_post(ch, m, &failed)) {
-		struct backlog *b = failed ? NULL : malloc(sizeof(*b));
+		struct backlog *b = failed || ch->nbacklog >= BACKLOG_MAX ? NULL : malloc(sizeof(*b));
 
 		if (b) {
 			b->m = *m;
 			b->next = NULL;
 			*ch->bl_tail = b;
 			ch->bl_tail = &b->next;
+			ch->nbacklog++;
 		} else {
+			/* a peer that took none of so many: it is gone or does not play */
+			failed = failed || ch->nbacklog >= BACKLOG_MAX;
 			r = -EPIPE;
 		}
 	}
@@ -558,16 +595,8 @@ static void out_done(struct wsd_chan *ch, WSAOVERLAPPED *ov)
 
 	pthread_mutex_lock(&ch->send_mu);
 	o->busy = false;
-	while (!failed && ch->bl_head && !atomic_load(&ch->dead)) {
-		struct backlog *b = ch->bl_head;
-
-		if (!out_post(ch, &b->m, &failed))
-			break;
-		ch->bl_head = b->next;
-		if (!ch->bl_head)
-			ch->bl_tail = &ch->bl_head;
-		free(b);
-	}
+	if (!failed)
+		out_drain(ch, &failed);
 	pthread_mutex_unlock(&ch->send_mu);
 	if (failed)
 		wsd_chan_end(ch);
@@ -584,22 +613,28 @@ static int start_thread(void)
 	return thread_up ? 0 : -EAGAIN;
 }
 
-/* The next message: one receive posted on the port. */
-static int post_recv(struct wsd_chan *ch)
+/* One receive posted on the port, holding a reference of its own: 0 or -EPIPE. */
+static int post_in(struct wsd_chan *ch, struct in *in)
 {
 	uint32_t n = 0, fl = 0;
 	int err = 0;
 
-	memset(&ch->ov, 0, sizeof(ch->ov));
-	ch->inb = (WSABUF){ sizeof(ch->in), (char *)&ch->in };
-	if (wsd_spi()->lpWSPRecv(ch->ws, &ch->inb, 1, &n, &fl, &ch->ov, NULL, NULL, &err) &&
-	    err != WSA_IO_PENDING)
+	memset(&in->ov, 0, sizeof(in->ov));
+	in->b = (WSABUF){ sizeof(in->m), (char *)&in->m };
+	wsd_chan_hold(ch);
+	if (wsd_spi()->lpWSPRecv(ch->ws, &in->b, 1, &n, &fl, &in->ov, NULL, NULL, &err) &&
+	    err != WSA_IO_PENDING) {
+		atomic_fetch_sub(&ch->refs, 1);   /* never the last: the caller holds one */
 		return -EPIPE;
+	}
 	return 0;   /* either way its completion comes through the port */
 }
 
+static void rx_end(struct wsd_chan *ch);
+
 int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid)
 {
+	uint32_t posted = 0;
 	int r;
 
 	ch->peer_pid = peer_pid;
@@ -608,14 +643,23 @@ int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid)
 	if (!r)
 		r = wsd_port_associate(port, ch->ws, (uintptr_t)ch);
 	if (!r) {
-		wsd_chan_hold(ch);   /* the receive's, until the channel dies */
 		ch->reading = true;
 		ch->next = wsd_chans;
 		wsd_chans = ch;
-		if (post_recv(ch))
-			atomic_store(&ch->dead, true);   /* the thread's next sweep unlinks it */
+		while (posted < NRECV && post_in(ch, &ch->ins[posted]) == 0)
+			posted++;
 	}
 	pthread_mutex_unlock(&wsd_chan_tab_lock);
+	if (!r && posted < NRECV) {
+		int err;
+
+		/* the ones posted complete, aborted, and the reader ends it; else here */
+		atomic_store(&ch->dead, true);
+		if (posted)
+			wsd_spi()->lpWSPShutdown(ch->ws, SD_BOTH, &err);
+		else
+			rx_end(ch);
+	}
 	for (uint32_t i = 0; !r && i < MAX_SEGS; i++)
 		if (ch->peers[i].tell) {
 			ch->peers[i].tell = false;
@@ -668,14 +712,53 @@ static void chan_died(struct wsd_chan *ch)
 	wsd_debug("switch: channel %u ended", ch->id);
 }
 
-static void on_message(struct wsd_chan *ch, uint32_t bytes)
+/*
+ * The reader saw the channel's end (or ended it): out of the table, its
+ * requests answered; the other receives complete, aborted, and let their
+ * references go.
+ */
+static void rx_end(struct wsd_chan *ch)
 {
-	struct wsd_chmsg m = ch->in;
+	int err;
+
+	if (atomic_exchange(&ch->rx_ended, true))
+		return;
+	pthread_mutex_lock(&wsd_chan_tab_lock);
+	unlink_chan(ch);
+	pthread_mutex_unlock(&wsd_chan_tab_lock);
+	chan_died(ch);
+	if (ch->ws != INVALID_SOCKET)
+		wsd_spi()->lpWSPShutdown(ch->ws, SD_BOTH, &err);
+}
+
+/* The peer's word on our credit: the messages of ours it took. */
+static bool credit_back(struct wsd_chan *ch, uint32_t taken)
+{
+	bool failed = false, ok = true;
+
+	pthread_mutex_lock(&ch->send_mu);
+	if ((int32_t)(taken - ch->peer_taken) > 0) {
+		ok = (int32_t)(taken - ch->sent) <= 0;   /* no more than we sent */
+		if (ok)
+			ch->peer_taken = taken;
+	}
+	if (ok)
+		out_drain(ch, &failed);   /* the line may go now; a CREDIT if we owe one */
+	pthread_mutex_unlock(&ch->send_mu);
+	if (failed)
+		wsd_chan_end(ch);
+	return ok;
+}
+
+static void on_message(struct wsd_chan *ch, const struct wsd_chmsg *in, uint32_t bytes)
+{
+	struct wsd_chmsg m = *in;
 	const char *why;
 
-	if (bytes != sizeof(m) || wsd_wire_chmsg_check(&m, &why)) {
+	if (bytes != sizeof(m) || wsd_wire_chmsg_check(&m, &why) || !credit_back(ch, m.taken)) {
 		wsd_debug("switch: channel %u: %s", ch->id,
-			  bytes != sizeof(m) ? "message length" : why);
+			  bytes != sizeof(m) ? "message length" :
+			  why ? why : "credit for messages never sent");
 		atomic_store(&ch->dead, true);   /* a peer that breaks the protocol: no more */
 		return;
 	}
@@ -693,6 +776,8 @@ static void on_message(struct wsd_chan *ch, uint32_t bytes)
 	case MSG_MAPPED:
 		on_mapped(ch, m.h.seg);
 		break;
+	case MSG_CREDIT:
+		break;   /* its word on our credit was all */
 	}
 }
 
@@ -726,6 +811,15 @@ static void sweep(int64_t now)
 	}
 }
 
+/* ov is one of ch's receives (else a send's). */
+static bool is_in(const struct wsd_chan *ch, const WSAOVERLAPPED *ov)
+{
+	for (int i = 0; i < NRECV; i++)
+		if (ov == &ch->ins[i].ov)
+			return true;
+	return false;
+}
+
 static void *chan_main(void *arg)
 {
 	int64_t last = wsd_now_ms();
@@ -742,23 +836,32 @@ static void *chan_main(void *arg)
 		atomic_fetch_add(&wsd_threads_busy, 1);
 		if (r < 0 && r != -EINTR)
 			break;
-		if (r == 1 && key && ov != &((struct wsd_chan *)key)->ov) {
+		if (r == 1 && key && !is_in((struct wsd_chan *)key, ov)) {
 			struct wsd_chan *ch = (struct wsd_chan *)key;
 
 			out_done(ch, ov);
 			wsd_chan_put(ch);   /* the send's */
 		} else if (r == 1 && key) {
 			struct wsd_chan *ch = (struct wsd_chan *)key;
+			struct in *in = (struct in *)(void *)((char *)ov - offsetof(struct in, ov));
 
-			if (ov->Internal == 0 && bytes > 0 && !atomic_load(&ch->dead)) {
-				on_message(ch, bytes);
-				if (!atomic_load(&ch->dead) && post_recv(ch) == 0)
+			if (ov->Internal == 0 && bytes > 0 && !atomic_load(&ch->dead) &&
+			    !atomic_load(&ch->rx_ended)) {
+				struct wsd_chmsg m = in->m;
+
+				/* its receive back first: that is the peer's credit */
+				if (post_in(ch, in) == 0) {
+					atomic_fetch_add(&ch->rx_taken, 1);
+					on_message(ch, &m, bytes);
+				} else {
+					atomic_store(&ch->dead, true);
+				}
+				if (!atomic_load(&ch->dead)) {
+					wsd_chan_put(ch);   /* the completed receive's */
 					continue;
+				}
 			}
-			pthread_mutex_lock(&wsd_chan_tab_lock);
-			unlink_chan(ch);
-			pthread_mutex_unlock(&wsd_chan_tab_lock);
-			chan_died(ch);
+			rx_end(ch);
 			wsd_chan_put(ch);   /* the receive's */
 		}
 		if (wsd_now_ms() - last >= SWEEP_MS) {

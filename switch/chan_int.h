@@ -17,6 +17,16 @@ enum { SL_USED = 1, SL_PEER = 2, SL_WARM = 4 };   /* SL_WARM: free, its pages no
 #define SWEEP_MS 500
 #define IDLE_MS 10000                /* a connector's channel with no slot lives this long */
 #define OUTS 32                      /* messages in flight on a channel; more wait in line */
+/*
+ * Receives a channel keeps posted: the peer may have this many of our
+ * messages untaken, the last kept for CREDIT (wsd-protocol(7), "Credits").
+ * A message that found no receive would wait in the device (verbs: an RNR
+ * retried for ever) and hold up every RDMA write posted after it, among
+ * them the ones a reader waits for: two readers, each waiting so, stood
+ * still for good.
+ */
+#define NRECV 32
+#define BACKLOG_MAX 65536            /* messages waiting for credit: a peer that takes none */
 
 struct seg {
 	uint8_t *mem;
@@ -68,10 +78,14 @@ struct wsd_chan {
 	struct wsd_session *grant[WSD_BOX_N];
 	struct wsd_sock *taken[WSD_BOX_N];   /* held: answered OPENED, until the entry is free */
 	size_t nsess, capsess;
-	/* the receive posted on the port */
-	WSAOVERLAPPED ov;
-	struct wsd_chmsg in;
-	WSABUF inb;
+	/* the receives posted on the port, each holding a reference */
+	struct in {
+		WSAOVERLAPPED ov;
+		struct wsd_chmsg m;
+		WSABUF b;
+	} ins[NRECV];
+	_Atomic uint32_t rx_taken;   /* the peer's messages taken (the reader) */
+	_Atomic bool rx_ended;       /* the reader saw the end: unlinked, died */
 	/*
 	 * Sends (send_mu): overlapped, their completions on the port, so that
 	 * no thread waits for the peer's reader (two readers each waiting
@@ -86,6 +100,10 @@ struct wsd_chan {
 		struct backlog *next;
 		struct wsd_chmsg m;
 	} *bl_head, **bl_tail;
+	uint32_t nbacklog;
+	/* credits (send_mu): our messages posted, and of those the peer said it took */
+	uint32_t sent, peer_taken;
+	uint32_t told;               /* rx_taken, as our last message said */
 };
 
 /* tab_lock guards chans, the list of every live channel of this process */

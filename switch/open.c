@@ -74,8 +74,11 @@ void open_send(struct wsd_sock *s, struct wsd_chan *ch, const struct wsd_tuple *
 	struct wsd_session *ss = o ? wsd_session_new(ch) : NULL;
 
 	if (!ss) {
+		/* a full channel (verbs: its registered slots) leaves it on TCP, as a limit would */
+		enum wsd_reason why = o && errno == ENOSPC ? R_RESOURCES : R_PROVIDER;
+
 		free(o);
-		return connect_fail(s, R_PROVIDER);
+		return connect_fail(s, why);
 	}
 	wsd_session_hello(ss, &m.h, MSG_OPEN);
 	wsd_sock_hold(s);

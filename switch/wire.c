@@ -90,8 +90,6 @@ int wsd_wire_chmsg_check(const struct wsd_chmsg *m, const char **why)
 		return bad(why, "channel: magic");
 	if (h->version != WSD_PROTO_VERSION)
 		return bad(why, "channel: another version");
-	if (!all_zero(m->pad, sizeof(m->pad)))
-		return bad(why, "channel: pad set");
 	if (h->kind == MSG_OPEN ? m->fd < -1 || m->flags : m->fd != 0)
 		return bad(why, "channel: fd or flags out of place");
 	if (m->flags & ~(h->kind == MSG_OPENED ? WSD_OPENED_HELD : 0u))
@@ -116,13 +114,14 @@ int wsd_wire_chmsg_check(const struct wsd_chmsg *m, const char **why)
 		return 0;
 	case MSG_SHUT:
 	case MSG_MAPPED:
+	case MSG_CREDIT:
 		/* the segment and slot are looked up in our own tables, never trusted */
 		if (h->reason || m->req || h->ring_size || h->key || h->pid || h->seg_len ||
 		    h->seg_tag || !all_zero(h->desc, sizeof(h->desc)) ||
 		    !all_zero(h->nonce, sizeof(h->nonce)) ||
 		    !all_zero((const uint8_t *)&m->t, sizeof(m->t)) ||
-		    (h->kind == MSG_MAPPED && h->slot_off))
-			return bad(why, "channel: SHUT or MAPPED with fields set");
+		    (h->kind != MSG_SHUT && h->slot_off) || (h->kind == MSG_CREDIT && h->seg))
+			return bad(why, "channel: SHUT, MAPPED or CREDIT with fields set");
 		return 0;
 	default:
 		return bad(why, "channel: unknown kind");

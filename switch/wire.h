@@ -25,7 +25,7 @@
 #include "switch/stat.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 10u
+#define WSD_PROTO_VERSION 11u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
 /*
  * The one refusal that carries a field: "moved", the process that holds
@@ -37,10 +37,10 @@
 /*
  * Handshake messages (WSPSend on the SPI connection), little-endian: HELLO,
  * ACCEPT and REFUSE make a channel (96 bytes); OPEN, OPENED, DECLINE and
- * SHUT and MAPPED go on it afterwards (struct wsd_chmsg, 160 bytes).
+ * SHUT, MAPPED and CREDIT go on it afterwards (struct wsd_chmsg, 160 bytes).
  */
 enum { MSG_HELLO = 1, MSG_ACCEPT = 2, MSG_REFUSE = 3, MSG_OPEN = 4, MSG_OPENED = 5,
-       MSG_DECLINE = 6, MSG_SHUT = 7, MSG_MAPPED = 8 };
+       MSG_DECLINE = 6, MSG_SHUT = 7, MSG_MAPPED = 8, MSG_CREDIT = 9 };
 
 struct wsd_hello {
 	uint32_t magic;
@@ -208,7 +208,13 @@ struct wsd_chmsg {
 	 */
 	int32_t fd;
 	uint32_t flags;              /* OPENED: WSD_OPENED_HELD or 0; 0 otherwise */
-	uint8_t pad[4];
+	/*
+	 * Every kind: how many of the receiver's messages on this channel the
+	 * sender has taken, each receive posted again first (mod 2^32): the
+	 * receiver's credit (wsd-protocol(7), "Credits").  CREDIT carries
+	 * nothing else.
+	 */
+	uint32_t taken;
 };
 _Static_assert(sizeof(struct wsd_chmsg) == 160, "channel messages are 160 bytes");
 

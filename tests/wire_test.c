@@ -184,9 +184,8 @@ START_TEST(chmsg_checks)
 
 	m.t = tuple();
 	VALID(wsd_wire_chmsg_check(&m, &why));
-	m.pad[3] = 1;
-	BROKEN(wsd_wire_chmsg_check(&m, &why), "pad");
-	m.pad[3] = 0;
+	m.taken = 12345;                            /* any kind carries the credit word */
+	VALID(wsd_wire_chmsg_check(&m, &why));
 	m.t.magic = 0;                              /* an OPEN names its connection */
 	BROKEN(wsd_wire_chmsg_check(&m, &why), "tuple");
 	m.t = tuple();
@@ -233,6 +232,16 @@ START_TEST(chmsg_checks)
 	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
 	z.h.slot_off = 0;
 	VALID(wsd_wire_chmsg_check(&z, &why));
+	z.h.kind = MSG_CREDIT;                      /* the credit word alone */
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
+	z.h.seg = 0;
+	z.taken = 77;
+	VALID(wsd_wire_chmsg_check(&z, &why));
+	z.h.slot_off = WSD_SEG_PAGE;
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
+	z.h.slot_off = 0;
+	z.req = 3;
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
 }
 END_TEST
 
