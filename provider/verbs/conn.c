@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -57,10 +58,27 @@ static void adapter_close_op(void *priv)
 
 	for (int i = 0; i < va->ndev; i++) {
 		ibv_dealloc_pd(va->dev[i].pd);
-		ibv_close_device(va->dev[i].ctx);
+		if (va->own)
+			ibv_close_device(va->dev[i].ctx);
 	}
+	if (va->list)
+		rdma_free_devices(va->list);
 	free(va->dev);
 	free(va);
+}
+
+/* librdmacm was used here before a fork: its contexts are the parent's (vb_dev). */
+static bool cm_used, cm_inherited;
+static pthread_once_t cm_once = PTHREAD_ONCE_INIT;
+
+static void cm_atfork_child(void)
+{
+	cm_inherited = cm_inherited || cm_used;
+}
+
+static void cm_hook(void)
+{
+	pthread_atfork(NULL, NULL, cm_atfork_child);
 }
 
 /*
@@ -71,24 +89,32 @@ static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
 {
 	const char *want = wsd_param_str("WSD_VERBS_DEVICE");
 	struct vb_adapter *va;
-	struct ibv_device **list;
+	struct ibv_device **list = NULL;
 	int n = 0;
 
+	pthread_once(&cm_once, cm_hook);
 	va = calloc(1, sizeof(*va));
 	if (!va)
 		return -ENOMEM;
-	list = ibv_get_device_list(&n);
+	va->own = cm_inherited;
+	cm_used = true;
+	if (va->own)
+		list = ibv_get_device_list(&n);
+	else
+		va->list = rdma_get_devices(&n);
 	va->dev = calloc(n > 0 ? (size_t)n : 1, sizeof(*va->dev));
-	for (int i = 0; list && va->dev && i < n; i++) {
+	for (int i = 0; (list || va->list) && va->dev && i < n; i++) {
 		struct vb_dev *d = &va->dev[va->ndev];
+		struct ibv_device *dev = va->own ? list[i] : va->list[i]->device;
 
-		if (*want && strcmp(want, ibv_get_device_name(list[i])))
+		if (*want && strcmp(want, ibv_get_device_name(dev)))
 			continue;
-		d->ctx = ibv_open_device(list[i]);
+		d->ctx = va->own ? ibv_open_device(dev) : va->list[i];
 		if (!d->ctx)
 			continue;
 		if (ibv_query_device(d->ctx, &d->attr) || !(d->pd = ibv_alloc_pd(d->ctx))) {
-			ibv_close_device(d->ctx);
+			if (va->own)
+				ibv_close_device(d->ctx);
 			continue;
 		}
 		d->windows = d->attr.max_mw > 0 &&
@@ -388,8 +414,10 @@ static struct vb_adapter *ep_adapter(struct nd_ep *ep)
 
 static void conn_free(struct vb_conn *vc)
 {
-	if (vc->qp)
+	if (vc->qp && vc->va->own)
 		ibv_destroy_qp(vc->qp);
+	else if (vc->qp)
+		rdma_destroy_qp(vc->id);
 	if (vc->scq_events)
 		ibv_ack_cq_events(vc->scq, vc->scq_events);
 	if (vc->rcq_events)
@@ -481,6 +509,12 @@ static int conn_qp(struct nd_ep *ep, struct vb_conn *vc)
 		return errno ? -errno : -ENOMEM;
 	qa.send_cq = vc->scq;
 	qa.recv_cq = vc->rcq;
+	if (!vc->va->own) {
+		if (rdma_create_qp(vc->id, d->pd, &qa))
+			return -errno;
+		vc->qp = vc->id->qp;
+		return 0;
+	}
 	vc->qp = ibv_create_qp(d->pd, &qa);
 	if (!vc->qp)
 		return errno ? -errno : -ENOMEM;
@@ -533,7 +567,8 @@ static nd_status expect(struct vb_conn *vc, enum rdma_cm_event_type want, int64_
 		  ev->status, rdma_event_str(want));
 	if (ev->event == want) {
 		st = ND_SUCCESS;
-		if (want == RDMA_CM_EVENT_CONNECT_RESPONSE && ep) {
+		if ((want == RDMA_CM_EVENT_ESTABLISHED || want == RDMA_CM_EVENT_CONNECT_RESPONSE) &&
+		    ep) {
 			struct vb_hello h;
 
 			wsd_debug("verbs: answered, %u bytes of private data, depth %u/%u",
@@ -612,13 +647,15 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		st = ND_CONNECTION_REFUSED;
 		goto fail;
 	}
-	/* the QP is ours: the answer comes as such, and we complete the connection */
-	st = expect(vc, RDMA_CM_EVENT_CONNECT_RESPONSE, deadline, ep);
+	/* a QP of our own: the answer comes as such, and we complete the connection */
+	st = expect(vc, vc->va->own ? RDMA_CM_EVENT_CONNECT_RESPONSE : RDMA_CM_EVENT_ESTABLISHED,
+		    deadline, ep);
 	if (st != ND_SUCCESS)
 		goto fail;
 	/* the depths the answer settled, as rdma_cm has them (as librdmacm does) */
-	if (qp_move(vc, IBV_QPS_RTR, -1) < 0 || qp_move(vc, IBV_QPS_RTS, -1) < 0 ||
-	    rdma_establish(vc->id)) {
+	if (vc->va->own &&
+	    (qp_move(vc, IBV_QPS_RTR, -1) < 0 || qp_move(vc, IBV_QPS_RTS, -1) < 0 ||
+	     rdma_establish(vc->id))) {
 		rdma_reject(vc->id, NULL, 0);
 		st = ND_CONNECTION_ABORTED;
 		goto fail;
@@ -664,7 +701,7 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 					   ep->attr.inbound_read_limit : vr->responder_resources);
 	cp.initiator_depth = vr->initiator_depth;
 	cp.qp_num = vc->qp->qp_num;
-	if (qp_move(vc, IBV_QPS_RTR, cp.responder_resources) < 0) {
+	if (vc->va->own && qp_move(vc, IBV_QPS_RTR, cp.responder_resources) < 0) {
 		st = ND_INSUFFICIENT_RESOURCES;
 		goto fail;
 	}
@@ -673,7 +710,7 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 		goto fail;
 	}
 	st = expect(vc, RDMA_CM_EVENT_ESTABLISHED, deadline, NULL);
-	if (st == ND_SUCCESS && qp_move(vc, IBV_QPS_RTS, cp.initiator_depth) < 0) {
+	if (st == ND_SUCCESS && vc->va->own && qp_move(vc, IBV_QPS_RTS, cp.initiator_depth) < 0) {
 		rdma_disconnect(vc->id);
 		st = ND_CONNECTION_ABORTED;
 	}

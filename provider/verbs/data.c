@@ -435,8 +435,10 @@ void vb_disconnect(struct nd_ep *ep)
 		return;
 	while (vc->nmws)
 		unbind(vc, vc->mws[vc->nmws - 1]);
-	/* what rdma_disconnect does to a QP of its own: flush what is posted */
-	(void)ibv_modify_qp(vc->qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_ERR }, IBV_QP_STATE);
+	/* what rdma_disconnect does to a QP it made: flush what is posted */
+	if (vc->va->own)
+		(void)ibv_modify_qp(vc->qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_ERR },
+				    IBV_QP_STATE);
 	rdma_disconnect(vc->id);
 	wsd_cq_detach(ep->attr.inbound_cq, vc->ch->fd);
 	wsd_cq_detach(ep->attr.outbound_cq, vc->ch->fd);

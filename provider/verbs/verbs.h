@@ -30,21 +30,24 @@ struct vb_hello {
 
 /*
  * One RDMA device: a connection uses the one its route leaves by.  Its
- * context is opened by the adapter, in the process that uses it, never
- * librdmacm's (rdma_get_devices): librdmacm opens those once and keeps
- * them across fork, and the kernel refuses a fork child the commands a
- * context opened by its parent sends by write() (rxe rings its send
- * doorbell so).  rdma_cm then only names the device (id->verbs); the QP
- * is ours, moved through its states with rdma_init_qp_attr.
+ * context is librdmacm's (rdma_get_devices), the one rdma_cm uses, except
+ * in a process that inherited librdmacm's state by fork: librdmacm opens
+ * its contexts once and keeps them across fork, and the kernel refuses a
+ * fork child the commands a context opened by its parent sends by
+ * write() (rxe rings its send doorbell so).  There the adapter opens its
+ * own (own), rdma_cm only names the device (id->verbs), and each QP is
+ * ours, moved through its states with rdma_init_qp_attr.
  */
 struct vb_dev {
-	struct ibv_context *ctx;      /* opened by this adapter */
+	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_device_attr attr;
 	int windows;                  /* type 2 memory windows work */
 };
 
 struct vb_adapter {
+	struct ibv_context **list;    /* rdma_get_devices(), unless own */
+	bool own;                     /* contexts of our own (a fork child): see vb_dev */
 	struct vb_dev *dev;
 	int ndev;
 };
@@ -66,8 +69,8 @@ struct vb_conn {
 	int dev;                      /* index in va->dev */
 	uint32_t peer_read_limit;     /* 0: a read would wait forever for credit */
 	struct rdma_event_channel *ch;
-	struct rdma_cm_id *id;        /* id->verbs: librdmacm's context, only to name the device */
-	struct ibv_qp *qp;            /* on dev's context, not rdma_cm's */
+	struct rdma_cm_id *id;
+	struct ibv_qp *qp;            /* id->qp, or (own) ours on dev's context */
 	struct ibv_comp_channel *cc;
 	struct ibv_cq *scq, *rcq;
 	unsigned scq_events, rcq_events; /* to acknowledge before destroying the CQs */
