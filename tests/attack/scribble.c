@@ -203,8 +203,13 @@ static int open_conn(struct conn *c, int port, const char **why)
 		return *why = "cannot register the stage", -1;
 	if (p_send(c->ws, &c->mine) || p_recv(c->ws, &c->theirs, 10000))
 		return *why = "no answer to HELLO", -1;
-	if (c->theirs.kind != P_ACCEPT || c->theirs.ring_size < 16384)
-		return *why = "refused", -1;
+	if (c->theirs.kind != P_ACCEPT || c->theirs.ring_size < 16384) {
+		static char r[64];
+
+		snprintf(r, sizeof(r), "refused (kind %u, reason %u)", c->theirs.kind,
+			 c->theirs.reason);
+		return *why = r, -1;
+	}
 	/*
 	 * A byte by the stream first, as a program would: the server says it
 	 * is ready for the ring once no read of its program waits on the

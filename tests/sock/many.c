@@ -32,9 +32,9 @@
 #define SWITCH_FDS 16
 
 /*
- * On verbs, two more for each RDMA device (the context librdmacm opens and
- * the adapter's own, wsd-verbs(7)), whatever the connections: the VM rig's
- * guest has three.
+ * On verbs, up to two more for each RDMA device (the context librdmacm
+ * opens, and in a fork child the adapter's own, wsd-verbs(7)), whatever
+ * the connections: the VM rig's guest has three.
  */
 static int switch_fds(void)
 {
