@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <pthread.h>
@@ -124,10 +125,16 @@ int wsd_uring_init(unsigned entries, struct io_uring *ring)
 
 void wsd_uring_exit(struct io_uring *ring)
 {
+	/*
+	 * Closed before it leaves the list, both under the lock: a scan for
+	 * foreign rings (the switch's guard) that read this descriptor's link
+	 * in between took it for the program's own io_uring and sent every
+	 * later connection to TCP (scribble_check: "refused", reason io-uring).
+	 */
 	pthread_mutex_lock(&own_lock);
 	fd_list_del(&own_fds, ring->ring_fd);
-	pthread_mutex_unlock(&own_lock);
 	io_uring_queue_exit(ring);
+	pthread_mutex_unlock(&own_lock);
 }
 
 bool wsd_uring_is_own(int fd)
@@ -138,6 +145,23 @@ bool wsd_uring_is_own(int fd)
 	own = fd_list_has(&own_fds, fd);
 	pthread_mutex_unlock(&own_lock);
 	return own;
+}
+
+bool wsd_uring_foreign(int fd)
+{
+	char path[64], link[32];
+	ssize_t n;
+	bool foreign;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	/* what fd is and whether it is ours, read together: ours come and go under the lock */
+	pthread_mutex_lock(&own_lock);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n > 0)
+		link[n] = 0;
+	foreign = n > 0 && !strcmp(link, "anon_inode:[io_uring]") && !fd_list_has(&own_fds, fd);
+	pthread_mutex_unlock(&own_lock);
+	return foreign;
 }
 
 int wsd_engine_init(struct wsd_engine *e)

@@ -28,6 +28,12 @@ struct wsd_engine {
 WSD_ENGINE_API int wsd_uring_init(unsigned entries, struct io_uring *ring);
 WSD_ENGINE_API void wsd_uring_exit(struct io_uring *ring);
 WSD_ENGINE_API bool wsd_uring_is_own(int fd);
+/*
+ * fd is an io_uring and not one of ours, both read under the lock that our
+ * rings are made and closed under (a look at /proc and a look at the list
+ * apart could see one of ours as it closes).
+ */
+WSD_ENGINE_API bool wsd_uring_foreign(int fd);
 WSD_ENGINE_API extern __thread bool wsd_uring_own_call;
 
 /* fd (on) or no longer (off) closed in a fork child: a listener's registry socket. */

@@ -181,7 +181,8 @@ static bool foreign_ring(void)
 		if (n <= 0)
 			continue;
 		link[n] = 0;
-		found = !strcmp(link, "anon_inode:[io_uring]") && !wsd_uring_is_own(fd);
+		/* a likely one looked at again, with our rings held still */
+		found = !strcmp(link, "anon_inode:[io_uring]") && wsd_uring_foreign(fd);
 	}
 	closedir(d);
 	return found;
