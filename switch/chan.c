@@ -750,31 +750,31 @@ static bool credit_back(struct wsd_chan *ch, uint32_t taken)
 	return ok;
 }
 
-static void on_message(struct wsd_chan *ch, const struct wsd_chmsg *in, uint32_t bytes)
+/* m: the reader's copy, its receive already posted again */
+static void on_message(struct wsd_chan *ch, const struct wsd_chmsg *m, uint32_t bytes)
 {
-	struct wsd_chmsg m = *in;
-	const char *why;
+	const char *why = NULL;   /* the check names a broken rule; a bad credit is not one */
 
-	if (bytes != sizeof(m) || wsd_wire_chmsg_check(&m, &why) || !credit_back(ch, m.taken)) {
+	if (bytes != sizeof(*m) || wsd_wire_chmsg_check(m, &why) || !credit_back(ch, m->taken)) {
 		wsd_debug("switch: channel %u: %s", ch->id,
-			  bytes != sizeof(m) ? "message length" :
+			  bytes != sizeof(*m) ? "message length" :
 			  why ? why : "credit for messages never sent");
 		atomic_store(&ch->dead, true);   /* a peer that breaks the protocol: no more */
 		return;
 	}
-	switch (m.h.kind) {
+	switch (m->h.kind) {
 	case MSG_OPEN:
-		wsd_upgrade_on_open(ch, &m);
+		wsd_upgrade_on_open(ch, m);
 		break;
 	case MSG_OPENED:
 	case MSG_DECLINE:
-		wsd_upgrade_on_answer(ch, m.req, &m);
+		wsd_upgrade_on_answer(ch, m->req, m);
 		break;
 	case MSG_SHUT:
-		on_shut(ch, m.h.seg, m.h.slot_off);
+		on_shut(ch, m->h.seg, m->h.slot_off);
 		break;
 	case MSG_MAPPED:
-		on_mapped(ch, m.h.seg);
+		on_mapped(ch, m->h.seg);
 		break;
 	case MSG_CREDIT:
 		break;   /* its word on our credit was all */
