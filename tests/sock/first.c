@@ -16,6 +16,12 @@
  * until one wsd stat has looked (a spawn from a process with a channel
  * ends the channel: one in the middle would leave the rest on TCP).
  * FIRST_MIN_RING asks for more of them than one (tests/fault/hold_check.sh).
+ *
+ * The client is forked after the server listens, so over verbs it is a
+ * child that inherited its parent's devices (wsd-verbs(7), Devices).
+ * FIRST_FORK_EARLY=1 forks it first instead, the port sent by the control
+ * channel: the sanitizer build's allocator can deadlock in a child forked
+ * while the switch's threads run (tests/vm/init).
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -86,6 +92,8 @@ static void client(struct peer *self, void *arg)
 	const char *json;
 
 	(void)arg;
+	if (!port)
+		port = ctl_recv(self);   /* forked before the listener (FIRST_FORK_EARLY) */
 	keep = t_connect(AF_INET, port);
 	warmup(keep, true);
 	settle(keep, true);
@@ -143,11 +151,17 @@ int main(int argc, char **argv)
 {
 	struct peer c;
 	int lfd, keep;
+	bool early = getenv("FIRST_FORK_EARLY") && atoi(getenv("FIRST_FORK_EARLY"));
 
 	t_init(argc, argv);
 	t_watchdog(120);
+	if (early)
+		peer_start(&c, "client", client, NULL);
 	lfd = t_listen(AF_INET, &port);
-	peer_start(&c, "client", client, NULL);
+	if (early)
+		ctl_send(&c, port);
+	else
+		peer_start(&c, "client", client, NULL);
 	keep = t_accept(lfd);
 	warmup(keep, false);
 	settle(keep, false);
