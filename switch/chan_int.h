@@ -106,6 +106,15 @@ struct wsd_chan {
 	uint32_t told;               /* rx_taken, as our last message said */
 };
 
+/* chan_seg.c: the channel's segments and slots, for chan.c */
+void chan_seg_fd_close(struct seg *g);
+int chan_seg_add(struct wsd_chan *ch);
+void chan_slot_drop(struct wsd_chan *ch, uint32_t seg, uint32_t k, uint8_t side);
+void chan_slots_rest(struct wsd_chan *ch);
+void chan_on_mapped(struct wsd_chan *ch, uint32_t seg);
+void chan_on_shut(struct wsd_chan *ch, uint32_t seg, uint32_t off);
+void chan_send_mapped(struct wsd_chan *ch, uint32_t seg);
+
 /* tab_lock guards chans, the list of every live channel of this process */
 extern pthread_mutex_t wsd_chan_tab_lock;
 extern struct wsd_chan *wsd_chans;
