@@ -140,12 +140,13 @@ void ring_space(struct wsd_sock *s)
  * bypass check's read case waited out its receive timeout, 1 run in 8
  * under load).  -1 when the kernel does not tell.
  */
-static int64_t kernel_count(int fd, bool rx, bool high)
+static int64_t kernel_count(int fd, bool rx, bool high, bool *exact)
 {
 	struct tcp_info_rx ti;
 	uint64_t c[2] = { 0, 0 };
 	int q = 0;
 
+	*exact = false;
 	for (int i = 0; i < 8; i++) {
 		for (int k = 0; k < 2; k++) {
 			socklen_t len = sizeof(ti);
@@ -158,8 +159,10 @@ static int64_t kernel_count(int fd, bool rx, bool high)
 			if (k == 0 && real.ioctl(fd, rx ? FIONREAD : SIOCOUTQ, &q))
 				return -1;
 		}
-		if (c[0] == c[1])
+		if (c[0] == c[1]) {
+			*exact = true;
 			break;
+		}
 	}
 	/*
 	 * Still moving: received bytes raise the count after the queue was
@@ -178,7 +181,9 @@ static int64_t kernel_count(int fd, bool rx, bool high)
  */
 static int64_t kernel_taken(int fd, bool high)
 {
-	return kernel_count(fd, true, high);
+	bool exact;
+
+	return kernel_count(fd, true, high, &exact);
 }
 
 /*
@@ -189,18 +194,29 @@ static int64_t kernel_taken(int fd, bool high)
  */
 int64_t kernel_written(int fd, bool high)
 {
-	return kernel_count(fd, false, high);
+	bool exact;
+
+	return kernel_count(fd, false, high, &exact);
+}
+
+/* kernel_written, and whether the count is one moment's (*exact) rather than an estimate. */
+int64_t kernel_written_ex(int fd, bool high, bool *exact)
+{
+	return kernel_count(fd, false, high, exact);
 }
 
 /*
  * tx_lock held, our direction switched (its proof written): from here the
  * only bytes we write on the stream are bells, so the kernel's count of
  * bytes written stays k_tx_base + bells_tx unless a call we do not see
- * writes.
+ * writes.  known: an exact count (kernel_written_ex) taken under this
+ * tx_lock since our last write on the stream, or -1 to ask the kernel.
+ * A count taken earlier is as good a base as a new one, and stricter: a
+ * write we did not see in between is one the close's check then finds.
  */
-void bells_tx_base(struct wsd_sock *s)
+void bells_tx_base(struct wsd_sock *s, int64_t known)
 {
-	int64_t t = kernel_written(s->fd, true);
+	int64_t t = known >= 0 ? known : kernel_written(s->fd, true);
 
 	s->sess->k_tx_base = t < 0 ? -1 : t - (int64_t)s->sess->bells_tx;
 }

@@ -52,7 +52,7 @@ static bool waived(const struct wsd_sock *s)
  * proof, and the ring from now on.  false: the stream took no proof (the
  * connection is broken).
  */
-static bool to_ring(struct wsd_sock *s)
+static bool to_ring(struct wsd_sock *s, int64_t written)
 {
 	bool was, no_proof = s->connected_side && s->sess->proof_waived;
 
@@ -60,7 +60,8 @@ static bool to_ring(struct wsd_sock *s)
 		broken(s, -ECONNRESET);
 		return false;
 	}
-	bells_tx_base(s);
+	/* written (exact, or -1) counts no proof: the kernel is asked again after one */
+	bells_tx_base(s, no_proof ? written : -1);
 	s->tx_mode = DIR_RING;
 	/* no proof to wake a peer asleep on its stream: a bell, if it armed */
 	if (no_proof)
@@ -118,7 +119,7 @@ bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent)
 		*sent = len;
 		wsd_stat_add(s->stat, &s->stat->copy_tx, len);
 	}
-	if (!to_ring(s))
+	if (!to_ring(s, -1))
 		return false;
 	wsd_debug("switch: fd %d sends by ring after %llu stream bytes", s->fd,
 		  (unsigned long long)n);
@@ -127,7 +128,8 @@ bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent)
 
 void tx_prov_commit(struct wsd_sock *s)
 {
-	int64_t k = kernel_written(s->fd, false);
+	bool exact;
+	int64_t k = kernel_written_ex(s->fd, false, &exact);
 
 	if (s->tx_mode != DIR_PROV)
 		return;   /* nothing went into the grant: the usual switch, later */
@@ -136,7 +138,8 @@ void tx_prov_commit(struct wsd_sock *s)
 		session_fail(s->sess, R_BYPASS, "stream bytes written before the first bytes' proof");
 		return;
 	}
-	if (!to_ring(s))
+	/* tx_lock held since k: nothing of ours went on the stream; k serves as the base */
+	if (!to_ring(s, exact ? k : -1))
 		return;
 	wsd_stat_add(s->stat, &s->stat->copy_tx, s->prov_len);
 	wsd_debug("switch: fd %d sends by ring from its first byte", s->fd);

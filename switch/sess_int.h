@@ -72,7 +72,7 @@ void became_accel(struct wsd_sock *s, bool was);
 bool try_bell(struct wsd_sock *s);
 void ring_data(struct wsd_sock *s);
 void ring_space(struct wsd_sock *s);
-void bells_tx_base(struct wsd_sock *s);
+void bells_tx_base(struct wsd_sock *s, int64_t known);
 bool bells_tx_check(struct wsd_sock *s);
 void bells_base(struct wsd_sock *s);
 int bells_wait_ms(struct wsd_sock *s);
@@ -109,6 +109,7 @@ int record_on(struct wsd_sock *s, struct wsd_session *ss, uint32_t type, struct 
 	      uint32_t len, const void *inline_payload);
 /* The kernel's count of bytes written on s's stream by anyone, or -1 (bell.c). */
 int64_t kernel_written(int fd, bool high);
+int64_t kernel_written_ex(int fd, bool high, bool *exact);
 int write_record(struct wsd_sock *s, uint32_t type, struct cursor *c, uint32_t len,
 		 const void *inline_payload);
 bool mutual_wait(struct wsd_sock *s);
