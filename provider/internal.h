@@ -241,6 +241,13 @@ WSD_HIDDEN int wsd_cq_attach(struct nd_cq *cq, int fd);
 WSD_HIDDEN void wsd_cq_detach(struct nd_cq *cq, int fd);
 WSD_HIDDEN void wsd_cq_kick(struct nd_cq *cq);
 
+/* self.c: this process's pid, and unguessable bytes, without a system call each time */
+WSD_HIDDEN pid_t wsd_pid(void);
+/* n bytes from the kernel's generator, by the batch: 0 or -errno */
+WSD_HIDDEN int wsd_random(void *buf, size_t n);
+/* a fork child: its own pid, none of its parent's bytes (atfork; switch/raw.c) */
+WSD_HIDDEN void wsd_self_forget(void);
+
 /* Monotonic clock, for deadlines and spin periods. */
 static inline int64_t wsd_now_ns(void)
 {

@@ -52,7 +52,7 @@ int wsd_chan_with(uint32_t pid)
 
 	pthread_mutex_lock(&wsd_chan_tab_lock);
 	for (struct wsd_chan *ch = wsd_chans; ch; ch = ch->next)
-		n += ch->peer_pid == pid && !atomic_load(&ch->dead) && ch->owner == getpid();
+		n += ch->peer_pid == pid && !atomic_load(&ch->dead) && ch->owner == wsd_pid();
 	pthread_mutex_unlock(&wsd_chan_tab_lock);
 	return n;
 }
@@ -137,7 +137,7 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	ch->bl_tail = &ch->bl_head;
 	if (key)
 		ch->key = *key;
-	ch->owner = getpid();
+	ch->owner = wsd_pid();
 	ch->peer_pidfd = -1;
 	ch->ring = wsd_switch_params()->ring_size;
 	if (chan_seg_add(ch)) {
@@ -155,7 +155,7 @@ static void chan_free(struct wsd_chan *ch)
 {
 	int err;
 
-	if (ch->owner != getpid())
+	if (ch->owner != wsd_pid())
 		return;   /* the parent's, in a fork child: left as it is */
 	if (ch->ws != INVALID_SOCKET)
 		wsd_spi()->lpWSPCloseSocket(ch->ws, &err);
@@ -252,7 +252,7 @@ int wsd_chan_send(struct wsd_chan *ch, struct wsd_chmsg *m)
 	bool failed = false;
 	int r = 0;
 
-	if (atomic_load(&ch->dead) || ch->owner != getpid())
+	if (atomic_load(&ch->dead) || ch->owner != wsd_pid())
 		return -EPIPE;
 	pthread_mutex_lock(&ch->send_mu);
 	if (ch->bl_head || !out_post(ch, m, &failed)) {
@@ -365,7 +365,7 @@ struct wsd_chan *wsd_chan_find(const struct wsd_stat_addr *key)
 
 	pthread_mutex_lock(&wsd_chan_tab_lock);
 	for (ch = wsd_chans; ch; ch = ch->next)
-		if (ch->connector && !atomic_load(&ch->dead) && ch->owner == getpid() &&
+		if (ch->connector && !atomic_load(&ch->dead) && ch->owner == wsd_pid() &&
 		    ch->key.family == key->family && ch->key.port == key->port &&
 		    !memcmp(ch->key.addr, key->addr, sizeof(key->addr)))
 			break;
@@ -578,7 +578,7 @@ void wsd_chan_end(struct wsd_chan *ch)
 {
 	int err;
 
-	if (ch->owner != getpid() || atomic_exchange(&ch->dead, true))
+	if (ch->owner != wsd_pid() || atomic_exchange(&ch->dead, true))
 		return;
 	if (ch->ws != INVALID_SOCKET)
 		wsd_spi()->lpWSPShutdown(ch->ws, SD_BOTH, &err);

@@ -204,7 +204,7 @@ void wsd_chan_slot_done(struct wsd_chan *ch, const struct wsd_slot *sl, bool pee
 	uint32_t k;
 	struct seg *g;
 
-	if (!ch || ch->owner != getpid())
+	if (!ch || ch->owner != wsd_pid())
 		return;   /* a fork child's copy: the parent's */
 	if (shut && !atomic_load(&ch->dead) && !wsd_chan_shut_post(ch, peer_seg, peer_off)) {
 		struct wsd_chmsg m = { .h = { .magic = WSD_PROTO_MAGIC,
@@ -237,7 +237,7 @@ void wsd_chan_slot_describe(struct wsd_chan *ch, const struct wsd_slot *sl, stru
 	pthread_mutex_lock(&ch->mu);
 	h->region_fd = g->memfd;
 	pthread_mutex_unlock(&ch->mu);
-	h->pid = h->region_fd >= 0 ? (uint32_t)getpid() : 0;
+	h->pid = h->region_fd >= 0 ? (uint32_t)wsd_pid() : 0;
 }
 
 /* The peer mapped our segment (or will not): its memfd can go. */

@@ -199,7 +199,7 @@ void wsd_chan_box_refill(void)
 
 	pthread_mutex_lock(&wsd_chan_tab_lock);
 	for (struct wsd_chan *ch = wsd_chans; ch && n < 64; ch = ch->next)
-		if (!ch->connector && !atomic_load(&ch->dead) && ch->owner == getpid() &&
+		if (!ch->connector && !atomic_load(&ch->dead) && ch->owner == wsd_pid() &&
 		    wants_grant(ch)) {
 			wsd_chan_hold(ch);
 			live[n++] = ch;
@@ -281,7 +281,7 @@ struct wsd_chan *wsd_chan_box_take(const struct wsd_stat_addr *local,
 	pthread_mutex_lock(&wsd_chan_tab_lock);
 	for (struct wsd_chan *ch = wsd_chans; ch && !hit; ch = ch->next) {
 		struct box *b = ch->connector || atomic_load(&ch->dead) ||
-				ch->owner != getpid() ? NULL : own_box(ch);
+				ch->owner != wsd_pid() ? NULL : own_box(ch);
 
 		for (uint32_t i = 0; b && i < WSD_BOX_N && !hit; i++) {
 			uint32_t st = BOX_POSTED;

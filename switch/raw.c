@@ -9,7 +9,8 @@
  * to shutdown, poll, select, epoll, execve) go to the interposed call of
  * the same name, which returns -1 and sets errno as
  * syscall() does; io_uring_setup runs and then moves every socket back to
- * TCP (guard.c); any other number is the kernel's, with all six arguments.
+ * TCP (guard.c); fork and vfork go to fork(), so that its handlers run;
+ * any other number is the kernel's, with all six arguments.
  *
  * The pass-through issues the system call itself: the memory hooks call
  * syscall() (munmap) from inside the C library, before and while `real`
@@ -18,6 +19,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
@@ -25,6 +28,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "provider/internal.h"
 #include "switch/switch.h"
 
 #if defined(__x86_64__)
@@ -93,6 +97,32 @@ EXPORT long syscall(long nr, ...)
 	va_end(ap);
 
 	switch (nr) {
+	/*
+	 * A child by number: fork and vfork go to the C library's fork, whose
+	 * handlers move shared connections to the stream as for any fork; a
+	 * clone with its own memory and on this stack at least forgets our
+	 * pid and random bytes (provider/self.c), which are its parent's.
+	 */
+#ifdef SYS_fork
+	case SYS_fork:
+		return fork();
+#endif
+#ifdef SYS_vfork
+	case SYS_vfork:
+		return vfork();
+#endif
+	case SYS_clone:
+		r = pass(nr, a);
+		if (r == 0 && !((unsigned long)a[0] & CLONE_VM))
+			wsd_self_forget();
+		return r;
+#ifdef SYS_clone3
+	case SYS_clone3:
+		r = pass(nr, a);
+		if (r == 0 && a[0] && !(((const struct clone_args *)a[0])->flags & CLONE_VM))
+			wsd_self_forget();
+		return r;
+#endif
 	case SYS_io_uring_setup:
 		r = pass(nr, a);
 		if (r >= 0)

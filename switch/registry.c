@@ -407,14 +407,14 @@ void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s)
 	if (regpage_note(l->reg_page, h, l->side_port)) {
 		s->reg_page = l->reg_page;
 		s->reg_noted = regpage_value(h, l->side_port);
-		s->reg_noted_pid = getpid();
+		s->reg_noted_pid = wsd_pid();
 	}
 }
 
 void wsd_upgrade_side_closed(struct wsd_sock *s)
 {
 	/* a fork child of ours holds a copy: the connection is still ours */
-	if (s->reg_page && s->reg_noted_pid == getpid())
+	if (s->reg_page && s->reg_noted_pid == wsd_pid())
 		regpage_forget(s->reg_page, s->reg_noted);
 	s->reg_noted = 0;
 }

@@ -55,7 +55,7 @@ struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 	ss->stage = (uint8_t *)ss->small;
 	ss->words = ss->small + 8;
 	/* the key and the challenge in one draw */
-	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd) ||
+	if ((errno = -wsd_random(rnd, sizeof(rnd))) ||
 	    (errno = -wsd_chan_slot_get(ch, &ss->slot))) {
 		int err = errno;   /* ENOSPC: the channel is full */
 

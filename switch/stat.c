@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "provider/internal.h"
 #include "switch/stat.h"
 #include "switch/switch.h"
 
@@ -128,7 +129,7 @@ static void read_comm(char comm[16])
 static int table_create(void)
 {
 	struct wsd_stat_file *f;
-	pid_t pid = getpid();
+	pid_t pid = wsd_pid();
 	struct stat st;
 	int fd, err;
 
@@ -344,6 +345,6 @@ __attribute__((destructor)) static void stat_exit(void)
 {
 	pid_t pid = atomic_load_explicit(&owner, memory_order_acquire);
 
-	if (pid && pid == getpid())
+	if (pid && pid == wsd_pid())
 		unlink(path);
 }

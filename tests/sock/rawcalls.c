@@ -5,7 +5,8 @@
  * dup, dup3, fcntl F_DUPFD_CLOEXEC, close and close_range through syscall()
  * keep the connection's fds working; other numbers pass through, and a
  * failure is -1 with errno.  Last, io_uring_setup: under the switch the
- * connection goes back to TCP, and carries on.
+ * connection goes back to TCP, and carries on; fork by number before it:
+ * the C library's fork under the switch, the connection on the stream.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <dlfcn.h>
@@ -190,7 +192,9 @@ static void peer_main(struct peer *ctl, void *arg)
 	say("received through the dup fds: ok");
 	ctl_send(ctl, 0);
 
-	/* after the far end's io_uring_setup */
+	/* the far end's child by SYS_fork, then after its io_uring_setup */
+	recv_all(fd, b, 5);
+	CHECK(!memcmp(b, "child", 5), "from the child by SYS_fork: the data differ");
 	recv_all(fd, b, 5);
 	CHECK(!memcmp(b, "after", 5), "after io_uring_setup: the data differ");
 	EXPECT(5, "send after io_uring_setup", send(fd, "again", 5, 0));
@@ -227,6 +231,25 @@ int main(int argc, char **argv)
 	expect_path(fd);
 	raw_fds(fd);
 	ctl_recv(&b);
+
+	say("-- syscall(): fork");
+	{
+		/*
+		 * Under the switch it is the C library's fork, whose handlers
+		 * move the connection both processes now hold to the stream:
+		 * the child's bytes and the parent's that follow arrive in order.
+		 */
+		pid_t c = (pid_t)syscall(SYS_fork);
+		int st;
+
+		if (c == 0)
+			_exit(send(fd, "child", 5, MSG_NOSIGNAL) == 5 ? 0 : 4);
+		CHECK(c > 0, "SYS_fork: %s", ename(errno));
+		CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "the child by SYS_fork did not send");
+		expect_path_now(fd, "tcp");
+		say("a child by SYS_fork sent on the connection: ok");
+	}
 
 	say("-- syscall(): io_uring_setup");
 	{
