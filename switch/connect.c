@@ -80,9 +80,16 @@ void connect_fail(struct wsd_sock *s, enum wsd_reason why)
 			return;
 		}
 	}
+	/* a short connection, closed before its answer came: it will not ask again */
+	if (why == R_SHARED && atomic_load(&s->nfds) == 0) {
+		probe_shared_lost(&s->stat->peer);
+		atomic_store(&s->upgrade_state, UP_FAILED);
+		return;
+	}
 	if ((why == R_BUSY || why == R_SHARED) && s->busy_tries < BUSY_TRIES) {
 		/* the peer had too much in hand: its next data call after the pause asks again */
 		s->retry_ns = coarse_ns() + (BUSY_RETRY_NS << s->busy_tries++);
+		s->shared_asked |= why == R_SHARED;
 		atomic_store(&s->upgrade_state, UP_NONE);
 		wsd_debug("switch: fd %d: the peer is %s; asks again", s->fd, wsd_reason_name(why));
 		return;

@@ -24,6 +24,7 @@
 #define ROUTE_MS 30000               /* a route learnt, and one that missed, last this long */
 #define PROBE_RETRY_MS 1000
 #define PROBE_PEERS 32
+#define SHARED_LOST 4                /* short connections in a row a shared listener left on TCP */
 
 /* Peers asked (or being asked) lately: a small table, the oldest entry reused. */
 static struct probe_peer {
@@ -40,6 +41,7 @@ static struct probe_peer {
 	uint16_t route;
 	int64_t route_until_ms, no_route_until_ms;
 	bool busy;                   /* a job for it is queued or running */
+	uint8_t shared_lost;         /* connections answered shared that closed before asking again */
 } peers[PROBE_PEERS];
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -82,6 +84,12 @@ void wsd_upgrade_closing(struct wsd_sock *s)
 	struct wsd_chan *ch;
 	int64_t now;
 	int st;
+
+	if (s->connected_side && s->shared_asked && !s->sess) {
+		to_addr(&s->peer, &j.key);
+		if (j.key.family)
+			probe_shared_lost(&j.key);
+	}
 
 	/* a short connection of ours that carried bytes and never asked */
 	st = atomic_load(&s->upgrade_state);
@@ -157,6 +165,48 @@ void probe_shared(const struct wsd_stat_addr *key)
 		if (e->until_ms < e->shared_until_ms)
 			e->until_ms = e->shared_until_ms;
 	}
+	pthread_mutex_unlock(&probe_lock);
+}
+
+/*
+ * A connection the peer answered R_SHARED closed before it asked again
+ * (request, answer, close: a pre-forked server's short connections).
+ * Each such ask cost a provider connection and a registry's look for
+ * nothing: after SHARED_LOST of them in a row, the peer is left alone as
+ * probe_shared leaves it.  One connection to it upgraded starts the count
+ * again (probe_upgraded).
+ */
+void probe_shared_lost(const struct wsd_stat_addr *key)
+{
+	struct probe_peer *e;
+	bool now_shared = false;
+
+	pthread_mutex_lock(&probe_lock);
+	e = entry(key, true);
+	if (e && ++e->shared_lost >= SHARED_LOST) {
+		e->shared_lost = 0;
+		now_shared = true;
+	}
+	pthread_mutex_unlock(&probe_lock);
+	if (now_shared) {
+		wsd_debug("switch: %d short connections in a row to a shared listener: not asked "
+			  "for a while", SHARED_LOST);
+		probe_shared(key);
+	}
+}
+
+void probe_upgraded(struct wsd_sock *s)
+{
+	struct wsd_stat_addr key;
+	struct probe_peer *e;
+
+	if (!s->connected_side)
+		return;
+	to_addr(&s->peer, &key);
+	pthread_mutex_lock(&probe_lock);
+	e = key.family ? entry(&key, false) : NULL;
+	if (e)
+		e->shared_lost = 0;
 	pthread_mutex_unlock(&probe_lock);
 }
 

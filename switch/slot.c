@@ -25,6 +25,7 @@
 
 #include "switch/chan.h"
 #include "switch/sess_int.h"
+#include "switch/upgrade_int.h"
 
 /* ---- the session object ---------------------------------------------------- */
 
@@ -296,6 +297,7 @@ void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss)
 	publish_rx_ready(s);
 	pthread_mutex_unlock(&s->mu);
 	became_accel(s, was);
+	probe_upgraded(s);   /* a shared listener's short connections start their count again */
 	wsd_debug("switch: fd %d attached (%s)", s->fd, ss->path == PATH_VERBS ? "verbs" : "shm");
 }
 

@@ -224,6 +224,7 @@ struct wsd_sock {
 	/* the peer answered busy: asked again from this time (CLOCK_MONOTONIC_COARSE ns), busy_tries times so far */
 	uint64_t retry_ns;
 	uint8_t busy_tries;
+	bool shared_asked;           /* of those, one answered shared (probe_shared_lost at its close) */
 
 	pthread_mutex_t mu;          /* state below, session attach */
 	pthread_mutex_t tx_lock;     /* one sender at a time (as the socket lock) */

@@ -118,6 +118,9 @@ void probe_atfork_child(void);
 /* The peer at key answered R_SHARED: none of its connections asks for a while. */
 void probe_shared(const struct wsd_stat_addr *key);
 bool probe_is_shared(const struct wsd_stat_addr *key);
+/* a connection answered R_SHARED closed before asking again; s (ours) upgraded */
+void probe_shared_lost(const struct wsd_stat_addr *key);
+void probe_upgraded(struct wsd_sock *s);
 /*
  * key's registry sent a connection on to its port port (R_MOVED): later
  * connections to key ask there first, for a while (probe_routed: that
