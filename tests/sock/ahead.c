@@ -47,13 +47,15 @@ static int client_one(uint32_t seed, char kind, bool hold)
 
 static void client(struct peer *self, void *arg)
 {
-	const char *json = stat_now();   /* NULL without wsd */
-	double end = now_ms() + LIMIT_MS;
+	const char *json;
+	double end;
 	bool ahead = false, first = false;
 	uint32_t i;
 
-	(void)self;
 	(void)arg;
+	port = t_peer_port(self, port);
+	json = stat_now();   /* NULL without wsd */
+	end = now_ms() + LIMIT_MS;
 	for (i = 1; json ? !ahead && now_ms() < end : i <= PLAIN_COUNT; i++) {
 		unsigned long long tcp, ring;
 		int fd;
@@ -93,8 +95,13 @@ int main(int argc, char **argv)
 	setenv("WSD_UPGRADE_BYTES", "1000000000000", 1);
 	t_init(argc, argv);
 	t_watchdog(60);
+	if (T_FORK_FIRST)
+		peer_start(&c, "client", client, NULL);
 	lfd = t_listen(AF_INET, &port);
-	peer_start(&c, "client", client, NULL);
+	if (T_FORK_FIRST)
+		ctl_send(&c, port);
+	else
+		peer_start(&c, "client", client, NULL);
 	for (bool stop = false; !stop;) {
 		int fd = t_accept(lfd);
 		char buf[LEN];

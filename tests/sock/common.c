@@ -284,6 +284,11 @@ int ctl_recv(struct peer *p)
 	return v;
 }
 
+int t_peer_port(struct peer *self, int port)
+{
+	return port ? port : ctl_recv(self);
+}
+
 /* ---- data ---------------------------------------------------------------- */
 
 static uint64_t mix(uint64_t x)

@@ -90,6 +90,21 @@ void peer_end(struct peer *p);
 void ctl_send(struct peer *p, int v);
 int ctl_recv(struct peer *p);
 
+/*
+ * The sanitizer build forks a test's peers before the test listens and
+ * sends them the port by the control channel: gcc 12's ASan allocator is
+ * not fork-safe while the switch's threads run (a child forked after a
+ * listen hung in malloc, tests/vm/README.md).  Otherwise they are forked
+ * after the listen and inherit the listener, as a server's children do.
+ */
+#ifdef WSD_SANITIZERS
+#define T_FORK_FIRST true
+#else
+#define T_FORK_FIRST false
+#endif
+/* In a peer: the port its parent listens on: port, or (forked first) the control channel's. */
+int t_peer_port(struct peer *self, int port);
+
 /* ---- sockets (conn.c) ---------------------------------------------------- */
 
 const char *famname(int family);

@@ -20,8 +20,8 @@
  * The client is forked after the server listens, so over verbs it is a
  * child that inherited its parent's devices (wsd-verbs(7), Devices).
  * FIRST_FORK_EARLY=1 forks it first instead, the port sent by the control
- * channel: the sanitizer build's allocator can deadlock in a child forked
- * while the switch's threads run (tests/vm/init).
+ * channel, as the sanitizer build always does (T_FORK_FIRST, common.h): its
+ * allocator can deadlock in a child forked while the switch's threads run.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -151,7 +151,8 @@ int main(int argc, char **argv)
 {
 	struct peer c;
 	int lfd, keep;
-	bool early = getenv("FIRST_FORK_EARLY") && atoi(getenv("FIRST_FORK_EARLY"));
+	bool early = T_FORK_FIRST ||
+		     (getenv("FIRST_FORK_EARLY") && atoi(getenv("FIRST_FORK_EARLY")));
 
 	t_init(argc, argv);
 	t_watchdog(120);

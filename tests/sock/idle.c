@@ -37,6 +37,7 @@ static void peer(struct peer *self, void *arg)
 	int fd, n;
 
 	(void)arg;
+	port = t_peer_port(self, port);
 	fd = t_connect(AF_INET, port);
 	warmup(fd, true);
 	for (int i = 0; i < 3; i++) {
@@ -71,8 +72,13 @@ int main(int argc, char **argv)
 	char b;
 
 	t_init(argc, argv);
+	if (T_FORK_FIRST)
+		peer_start(&c, "peer", peer, NULL);
 	lfd = t_listen(AF_INET, &port);
-	peer_start(&c, "peer", peer, NULL);
+	if (T_FORK_FIRST)
+		ctl_send(&c, port);
+	else
+		peer_start(&c, "peer", peer, NULL);
 	fd = t_accept(lfd);
 	warmup(fd, false);
 

@@ -49,6 +49,7 @@ static void peer(struct peer *self, void *arg)
 	char c;
 
 	(void)arg;
+	port = t_peer_port(self, port);
 	tight_limit(CONNS + FILES);
 	for (int i = 0; i < CONNS; i++) {
 		fd[i] = t_connect(AF_INET, port);
@@ -82,8 +83,13 @@ int main(int argc, char **argv)
 	t_init(argc, argv);
 	/* before the first socket, as `ulimit -n` would be: the listener, the peer's pipes and log */
 	tight_limit(1 + PLUMBING + CONNS + FILES);
+	if (T_FORK_FIRST)
+		peer_start(&c, "peer", peer, NULL);
 	lfd = t_listen(AF_INET, &port);
-	peer_start(&c, "peer", peer, NULL);
+	if (T_FORK_FIRST)
+		ctl_send(&c, port);
+	else
+		peer_start(&c, "peer", peer, NULL);
 	for (int i = 0; i < CONNS; i++) {
 		fd[i] = t_accept(lfd);
 		CHECK(fd[i] >= 0, "accept: %s", ename(errno));

@@ -59,6 +59,7 @@ static void client(struct peer *self, void *arg)
 	char c = 'a', got;
 	int fd;
 
+	port = t_peer_port(self, port);
 	ctl_recv(self);                       /* our turn */
 	fd = t_connect(AF_INET, port);
 	send_all(fd, &c, 1);
@@ -98,10 +99,17 @@ int main(int argc, char **argv)
 	setenv("WSD_UPGRADE_BYTES", "1000000000000", 1);
 	t_init(argc, argv);
 	t_watchdog(60);
-	lfd = t_listen(AF_INET, &port);
 	/* all forked before any upgrade: none inherits a channel */
-	for (int m = 0; m < M_N; m++)
-		peer_start(&c[m], mode_name[m], client, (void *)(intptr_t)m);
+	if (T_FORK_FIRST)
+		for (int m = 0; m < M_N; m++)
+			peer_start(&c[m], mode_name[m], client, (void *)(intptr_t)m);
+	lfd = t_listen(AF_INET, &port);
+	for (int m = 0; m < M_N; m++) {
+		if (T_FORK_FIRST)
+			ctl_send(&c[m], port);
+		else
+			peer_start(&c[m], mode_name[m], client, (void *)(intptr_t)m);
+	}
 	for (int m = 0; m < M_N; m++) {
 		char b;
 		int fd, n;

@@ -65,6 +65,7 @@ static void client(struct peer *self, void *arg)
 	int fd;
 
 	(void)arg;
+	port = t_peer_port(self, port);
 	if (!buf)
 		die("no memory");
 	fd = t_connect(AF_INET, port);
@@ -125,8 +126,13 @@ int main(int argc, char **argv)
 	t_init(argc, argv);
 	if (!buf)
 		die("no memory");
+	if (T_FORK_FIRST)
+		peer_start(&c, "client", client, NULL);
 	lfd = t_listen(AF_INET, &port);
-	peer_start(&c, "client", client, NULL);
+	if (T_FORK_FIRST)
+		ctl_send(&c, port);
+	else
+		peer_start(&c, "client", client, NULL);
 	fd = t_accept(lfd);
 	warmup(fd, false);
 
