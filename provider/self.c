@@ -42,42 +42,36 @@ pid_t wsd_pid(void)
 	return p;
 }
 
+/* n bytes from the kernel's generator into p: 0 or -errno */
+static int draw(uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t r = getrandom(p, n, 0);
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
 int wsd_random(void *buf, size_t n)
 {
-	uint8_t *out = buf;
+	int r;
 
-	if (n > POOL / 4) {
-		/* large draws straight from the kernel */
-		while (n) {
-			ssize_t r = getrandom(out, n, 0);
-
-			if (r < 0) {
-				if (errno == EINTR)
-					continue;
-				return -errno;
-			}
-			out += r;
-			n -= (size_t)r;
-		}
-		return 0;
-	}
+	if (n > POOL / 4)
+		return draw(buf, n);   /* large draws straight from the kernel */
 	if (pool.left < n) {
-		size_t got = 0;
-
-		while (got < POOL) {
-			ssize_t r = getrandom(pool.b + got, POOL - got, 0);
-
-			if (r < 0) {
-				if (errno == EINTR)
-					continue;
-				pool.left = 0;
-				return -errno;
-			}
-			got += (size_t)r;
-		}
+		pool.left = 0;
+		if ((r = draw(pool.b, POOL)))
+			return r;
 		pool.left = POOL;
 	}
-	memcpy(out, pool.b + POOL - pool.left, n);
+	memcpy(buf, pool.b + POOL - pool.left, n);
 	/* a byte handed out is not kept */
 	memset(pool.b + POOL - pool.left, 0, n);
 	pool.left -= (unsigned)n;

@@ -95,13 +95,7 @@ int main(int argc, char **argv)
 	setenv("WSD_UPGRADE_BYTES", "1000000000000", 1);
 	t_init(argc, argv);
 	t_watchdog(60);
-	if (T_FORK_FIRST)
-		peer_start(&c, "client", client, NULL);
-	lfd = t_listen(AF_INET, &port);
-	if (T_FORK_FIRST)
-		ctl_send(&c, port);
-	else
-		peer_start(&c, "client", client, NULL);
+	lfd = t_listen_peer(&c, "client", client, NULL, &port, T_FORK_FIRST);
 	for (bool stop = false; !stop;) {
 		int fd = t_accept(lfd);
 		char buf[LEN];

@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -287,6 +288,21 @@ int ctl_recv(struct peer *p)
 int t_peer_port(struct peer *self, int port)
 {
 	return port ? port : ctl_recv(self);
+}
+
+int t_listen_peer(struct peer *p, const char *name, void (*fn)(struct peer *self, void *arg),
+		  void *arg, int *port, bool early)
+{
+	int lfd;
+
+	if (early)
+		peer_start(p, name, fn, arg);
+	lfd = t_listen(AF_INET, port);
+	if (early)
+		ctl_send(p, *port);
+	else
+		peer_start(p, name, fn, arg);
+	return lfd;
 }
 
 /* ---- data ---------------------------------------------------------------- */

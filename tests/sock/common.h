@@ -104,6 +104,9 @@ int ctl_recv(struct peer *p);
 #endif
 /* In a peer: the port its parent listens on: port, or (forked first) the control channel's. */
 int t_peer_port(struct peer *self, int port);
+/* Listen (t_listen) and start the peer p, first when early (then the port goes by p's channel). */
+int t_listen_peer(struct peer *p, const char *name, void (*fn)(struct peer *self, void *arg),
+		  void *arg, int *port, bool early);
 
 /* ---- sockets (conn.c) ---------------------------------------------------- */
 

@@ -156,13 +156,7 @@ int main(int argc, char **argv)
 
 	t_init(argc, argv);
 	t_watchdog(120);
-	if (early)
-		peer_start(&c, "client", client, NULL);
-	lfd = t_listen(AF_INET, &port);
-	if (early)
-		ctl_send(&c, port);
-	else
-		peer_start(&c, "client", client, NULL);
+	lfd = t_listen_peer(&c, "client", client, NULL, &port, early);
 	keep = t_accept(lfd);
 	warmup(keep, false);
 	settle(keep, false);

@@ -72,13 +72,7 @@ int main(int argc, char **argv)
 	char b;
 
 	t_init(argc, argv);
-	if (T_FORK_FIRST)
-		peer_start(&c, "peer", peer, NULL);
-	lfd = t_listen(AF_INET, &port);
-	if (T_FORK_FIRST)
-		ctl_send(&c, port);
-	else
-		peer_start(&c, "peer", peer, NULL);
+	lfd = t_listen_peer(&c, "peer", peer, NULL, &port, T_FORK_FIRST);
 	fd = t_accept(lfd);
 	warmup(fd, false);
 

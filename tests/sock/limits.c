@@ -83,13 +83,7 @@ int main(int argc, char **argv)
 	t_init(argc, argv);
 	/* before the first socket, as `ulimit -n` would be: the listener, the peer's pipes and log */
 	tight_limit(1 + PLUMBING + CONNS + FILES);
-	if (T_FORK_FIRST)
-		peer_start(&c, "peer", peer, NULL);
-	lfd = t_listen(AF_INET, &port);
-	if (T_FORK_FIRST)
-		ctl_send(&c, port);
-	else
-		peer_start(&c, "peer", peer, NULL);
+	lfd = t_listen_peer(&c, "peer", peer, NULL, &port, T_FORK_FIRST);
 	for (int i = 0; i < CONNS; i++) {
 		fd[i] = t_accept(lfd);
 		CHECK(fd[i] >= 0, "accept: %s", ename(errno));

@@ -126,13 +126,7 @@ int main(int argc, char **argv)
 	t_init(argc, argv);
 	if (!buf)
 		die("no memory");
-	if (T_FORK_FIRST)
-		peer_start(&c, "client", client, NULL);
-	lfd = t_listen(AF_INET, &port);
-	if (T_FORK_FIRST)
-		ctl_send(&c, port);
-	else
-		peer_start(&c, "client", client, NULL);
+	lfd = t_listen_peer(&c, "client", client, NULL, &port, T_FORK_FIRST);
 	fd = t_accept(lfd);
 	warmup(fd, false);
 
