@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +257,31 @@ static uint64_t mapped_bytes(void)
 	return (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
+/*
+ * RLIMIT_AS as of at most a second ago: asked for each upgrade, it was one
+ * system call on every short connection's way.  A limit lowered since
+ * costs nothing worse than a mapping that fails, which the callers take
+ * as no room (the connection stays on TCP).
+ */
+#define AS_LIMIT_MS 1000
+
+static bool as_limit(struct rlimit *rl)
+{
+	static _Atomic uint64_t cur;
+	static _Atomic int64_t until;   /* ms; 0: not asked yet */
+	int64_t now = wsd_now_ms();
+
+	if (atomic_load(&until) > now) {
+		rl->rlim_cur = (rlim_t)atomic_load(&cur);
+		return true;
+	}
+	if (getrlimit(RLIMIT_AS, rl))
+		return false;
+	atomic_store(&cur, (uint64_t)rl->rlim_cur);
+	atomic_store(&until, now + AS_LIMIT_MS);
+	return true;
+}
+
 bool wsd_guard_room(int fds, uint64_t bytes)
 {
 	struct rlimit rl;
@@ -267,7 +293,7 @@ bool wsd_guard_room(int fds, uint64_t bytes)
 		if (open_fds(limit, fds + reserve) + fds + reserve > limit)
 			return false;
 	}
-	if (bytes && !getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY) {
+	if (bytes && as_limit(&rl) && rl.rlim_cur != RLIM_INFINITY) {
 		uint64_t limit = rl.rlim_cur;
 
 		if (mapped_bytes() + bytes + limit / 8 > limit)
