@@ -59,6 +59,25 @@ EXPORT int socket(int domain, int type, int protocol)
 	return fd;
 }
 
+/*
+ * An address a TCP connect reaches as given, so that getpeername would
+ * give it back: IPv4 or IPv6, whole, and specified (the kernel connects
+ * 0.0.0.0 and :: to the loopback, whose address getpeername then gives).
+ */
+static bool exact_peer(const struct sockaddr *a, socklen_t len)
+{
+	static const uint8_t v4mapped_any[16] = { [10] = 0xff, [11] = 0xff };
+
+	if (a->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr != htonl(INADDR_ANY);
+	if (a->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+		const struct in6_addr *v6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+
+		return !IN6_IS_ADDR_UNSPECIFIED(v6) && memcmp(v6, v4mapped_any, 16);
+	}
+	return false;
+}
+
 EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	struct wsd_sock *s;
@@ -74,6 +93,7 @@ EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 			/* the peer's address, as getpeername would give it (the channel's key) */
 			if (addr && len <= sizeof(s->peer))
 				memcpy(&s->peer, addr, len);
+			s->peer_known = addr && exact_peer(addr, len);
 			wsd_upgrade_prestart();
 			/* connected to a peer we have a channel with: its OPEN goes now */
 			if (r == 0)
@@ -102,7 +122,12 @@ EXPORT int listen(int fd, int backlog)
 	return r;
 }
 
-static int accepted(int lfd, int fd, int flags)
+/*
+ * fd accepted on lfd; peer: the address accept wrote (plen bytes of it,
+ * whole when plen is at most room), or NULL.
+ */
+static int accepted(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t plen,
+		    socklen_t room)
 {
 	struct wsd_sock *l, *s;
 	int e = errno;
@@ -110,6 +135,11 @@ static int accepted(int lfd, int fd, int flags)
 	if (fd < 0 || !(l = wsd_fd_get(lfd)))
 		return fd;
 	s = wsd_sock_new(fd, l->family);
+	if (s && peer && plen <= room && plen <= sizeof(s->peer) &&
+	    (peer->sa_family == AF_INET || peer->sa_family == AF_INET6)) {
+		memcpy(&s->peer, peer, plen);
+		s->peer_known = true;   /* what getpeername would say */
+	}
 	if (s && l->nodelay_known) {
 		/* an accepted socket has its listener's TCP_NODELAY */
 		s->nodelay_known = true;
@@ -154,18 +184,37 @@ static void before_accept(int fd)
 	}
 }
 
-EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+/*
+ * A program that passes no buffer for the peer's address gets the accept
+ * into ours, which it never sees, and the switch learns the address with
+ * it.  One that passes a buffer has it used as it is: reading its length
+ * before the call could fault where the kernel says EFAULT.
+ */
+static int accept_any(int fd, struct sockaddr *addr, socklen_t *len, int flags, bool four)
 {
+	struct sockaddr_storage own;
+	socklen_t olen = sizeof(own);
+	int r;
+
 	wsd_real_init();
 	before_accept(fd);
-	return accepted(fd, real.accept(fd, addr, len), 0);
+	if (addr) {
+		r = four ? real.accept4(fd, addr, len, flags) : real.accept(fd, addr, len);
+		return accepted(fd, r, flags, NULL, 0, 0);
+	}
+	r = four ? real.accept4(fd, (struct sockaddr *)&own, &olen, flags) :
+		   real.accept(fd, (struct sockaddr *)&own, &olen);
+	return accepted(fd, r, flags, (struct sockaddr *)&own, olen, sizeof(own));
+}
+
+EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	return accept_any(fd, addr, len, 0, false);
 }
 
 EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	wsd_real_init();
-	before_accept(fd);
-	return accepted(fd, real.accept4(fd, addr, len, flags), flags);
+	return accept_any(fd, addr, len, flags, true);
 }
 
 EXPORT int shutdown(int fd, int how)

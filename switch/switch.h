@@ -291,6 +291,7 @@ struct wsd_sock {
 	/* the 4-tuple, filled when known (peer: from connect() already) */
 	int pre_fd;                  /* the prefix's memfd (-1) */
 	bool tuple_known;
+	bool peer_known;             /* peer: exactly getpeername's (connect's or accept's) */
 	struct sockaddr_storage local, peer;
 
 	struct wsd_stat_slot *stat;  /* this socket's published counters */

@@ -153,7 +153,11 @@ void to_addr(const struct sockaddr_storage *ss, struct wsd_stat_addr *a)
 	}
 }
 
-/* Learn the 4-tuple of a connected socket (and publish it). */
+/*
+ * Learn the 4-tuple of a connected socket (and publish it): the peer's
+ * address as connect or accept gave it when they did (a system call less
+ * on every short connection's way), else from the kernel.
+ */
 int learn_tuple(struct wsd_sock *s)
 {
 	socklen_t l1 = sizeof(s->local), l2 = sizeof(s->peer);
@@ -164,7 +168,7 @@ int learn_tuple(struct wsd_sock *s)
 	pthread_mutex_lock(&s->mu);
 	if (!s->tuple_known) {
 		if (getsockname(s->fd, (struct sockaddr *)&s->local, &l1) ||
-		    getpeername(s->fd, (struct sockaddr *)&s->peer, &l2)) {
+		    (!s->peer_known && getpeername(s->fd, (struct sockaddr *)&s->peer, &l2))) {
 			r = -errno;
 		} else {
 			wsd_stat_begin(s->stat);
