@@ -407,6 +407,14 @@ bool wsd_chan_box_withdraw(struct wsd_chan *ch, int idx)
 #define SO_NETNS_COOKIE 71           /* Linux 5.14 */
 #endif
 
+uint64_t wsd_netns_cookie(int fd)
+{
+	uint64_t c = 0;
+	socklen_t l = sizeof(c);
+
+	return real.getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &c, &l) ? 0 : c;
+}
+
 /* ch->mu held: a pidfd of the peer the kernel named to the shm transport, or < 0. */
 static int peer_pidfd(struct wsd_chan *ch)
 {
@@ -446,10 +454,11 @@ bool wsd_chan_box_held(struct wsd_chan *ch, int fd, const struct wsd_sock *s)
 		ok = same(&x, &s->stat->peer) && same(&y, &s->stat->local);
 	}
 	/* the same addresses in another namespace are another connection */
+	ns_ours = atomic_load(&s->netns);
+	if (ok && !ns_ours)
+		ns_ours = wsd_netns_cookie(s->fd);
 	ok = ok && !real.getsockopt(d, SOL_SOCKET, SO_NETNS_COOKIE, &ns_theirs, &lc) &&
-	     (lc = sizeof(ns_ours), !real.getsockopt(s->fd, SOL_SOCKET, SO_NETNS_COOKIE, &ns_ours,
-						     &lc)) &&
-	     ns_theirs == ns_ours;
+	     ns_ours && ns_theirs == ns_ours;
 	real.close(d);
 	return ok;
 }

@@ -135,6 +135,15 @@ static int accepted(int lfd, int fd, int flags, const struct sockaddr *peer, soc
 	if (fd < 0 || !(l = wsd_fd_get(lfd)))
 		return fd;
 	s = wsd_sock_new(fd, l->family);
+	if (s) {
+		uint64_t ns = atomic_load(&l->netns);
+
+		if (!ns) {
+			ns = wsd_netns_cookie(lfd);   /* once per listener */
+			atomic_store(&l->netns, ns);
+		}
+		atomic_store(&s->netns, ns);
+	}
 	if (s && peer && plen <= room && plen <= sizeof(s->peer) &&
 	    (peer->sa_family == AF_INET || peer->sa_family == AF_INET6)) {
 		memcpy(&s->peer, peer, plen);

@@ -187,6 +187,12 @@ struct wsd_sock {
 	int family;
 	bool listening;
 	/*
+	 * Its network namespace's SO_NETNS_COOKIE, 0 while not asked: a
+	 * listener's once, at its first accept; an accepted socket's is its
+	 * listener's (the kernel makes it in that namespace).
+	 */
+	_Atomic uint64_t netns;
+	/*
 	 * A listener a fork child inherited: its registry is the parent's, so
 	 * this process asks for one of its own at an accept, from reg_try_ms
 	 */
@@ -665,5 +671,8 @@ static inline ssize_t wsd_ret(ssize_t r)
 	}
 	return r;
 }
+
+/* mbox.c: fd's network namespace cookie (SO_NETNS_COOKIE), 0 when the kernel does not say. */
+uint64_t wsd_netns_cookie(int fd);
 
 #endif /* WSD_SWITCH_H */
