@@ -435,7 +435,7 @@ bool wsd_chan_box_held(struct wsd_chan *ch, int fd, const struct wsd_sock *s)
 	struct sockaddr_storage a, b;
 	socklen_t la = sizeof(a), lb = sizeof(b), lp = sizeof(int), lc = sizeof(uint64_t);
 	struct wsd_stat_addr x, y;
-	uint64_t ns_theirs = 0, ns_ours = 0;
+	uint64_t ns_theirs = 0, ns_ours;
 	int pfd, d, proto = 0;
 	bool ok;
 
@@ -453,12 +453,14 @@ bool wsd_chan_box_held(struct wsd_chan *ch, int fd, const struct wsd_sock *s)
 		to_addr(&b, &y);
 		ok = same(&x, &s->stat->peer) && same(&y, &s->stat->local);
 	}
-	/* the same addresses in another namespace are another connection */
+	/*
+	 * The same addresses in another namespace are another connection.
+	 * Ours is the listener's, taken at the accept (0: the kernel does not
+	 * say, and then neither is seen).
+	 */
 	ns_ours = atomic_load(&s->netns);
-	if (ok && !ns_ours)
-		ns_ours = wsd_netns_cookie(s->fd);
-	ok = ok && !real.getsockopt(d, SOL_SOCKET, SO_NETNS_COOKIE, &ns_theirs, &lc) &&
-	     ns_ours && ns_theirs == ns_ours;
+	ok = ok && ns_ours && !real.getsockopt(d, SOL_SOCKET, SO_NETNS_COOKIE, &ns_theirs, &lc) &&
+	     ns_theirs == ns_ours;
 	real.close(d);
 	return ok;
 }

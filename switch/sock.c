@@ -24,6 +24,7 @@
 
 #include "provider/internal.h"
 #include "switch/switch.h"
+#include "switch/upgrade_int.h"
 
 static bool is_tcp(int domain, int type, int protocol)
 {
@@ -60,22 +61,20 @@ EXPORT int socket(int domain, int type, int protocol)
 }
 
 /*
- * An address a TCP connect reaches as given, so that getpeername would
- * give it back: IPv4 or IPv6, whole, and specified (the kernel connects
- * 0.0.0.0 and :: to the loopback, whose address getpeername then gives).
+ * The peer's address as connect gave it (len bytes, copied to p) stands for
+ * getpeername's when it is IPv4 or IPv6, whole, and specified: the kernel
+ * connects 0.0.0.0 and :: to the loopback, whose address getpeername gives.
  */
-static bool exact_peer(const struct sockaddr *a, socklen_t len)
+static bool exact_peer(const struct sockaddr_storage *p, socklen_t len)
 {
-	static const uint8_t v4mapped_any[16] = { [10] = 0xff, [11] = 0xff };
+	static const uint8_t zero[16];
+	struct wsd_stat_addr k;
 
-	if (a->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
-		return ((const struct sockaddr_in *)a)->sin_addr.s_addr != htonl(INADDR_ANY);
-	if (a->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-		const struct in6_addr *v6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
-
-		return !IN6_IS_ADDR_UNSPECIFIED(v6) && memcmp(v6, v4mapped_any, 16);
-	}
-	return false;
+	if (len < (p->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+					      sizeof(struct sockaddr_in)))
+		return false;
+	to_addr(p, &k);
+	return k.family && memcmp(k.addr, zero, k.family == AF_INET ? 4 : 16);
 }
 
 EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
@@ -91,9 +90,11 @@ EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 		if (r == 0 || e == EINPROGRESS) {
 			s->connected_side = true;
 			/* the peer's address, as getpeername would give it (the channel's key) */
-			if (addr && len <= sizeof(s->peer))
+			s->peer_known = false;
+			if (addr && len <= sizeof(s->peer)) {
 				memcpy(&s->peer, addr, len);
-			s->peer_known = addr && exact_peer(addr, len);
+				s->peer_known = exact_peer(&s->peer, len);
+			}
 			wsd_upgrade_prestart();
 			/* connected to a peer we have a channel with: its OPEN goes now */
 			if (r == 0)
@@ -122,12 +123,8 @@ EXPORT int listen(int fd, int backlog)
 	return r;
 }
 
-/*
- * fd accepted on lfd; peer: the address accept wrote (plen bytes of it,
- * whole when plen is at most room), or NULL.
- */
-static int accepted(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t plen,
-		    socklen_t room)
+/* fd accepted on lfd; peer: the address accept wrote into a buffer of ours (plen bytes), or NULL. */
+static int accepted(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t plen)
 {
 	struct wsd_sock *l, *s;
 	int e = errno;
@@ -144,7 +141,7 @@ static int accepted(int lfd, int fd, int flags, const struct sockaddr *peer, soc
 		}
 		atomic_store(&s->netns, ns);
 	}
-	if (s && peer && plen <= room && plen <= sizeof(s->peer) &&
+	if (s && peer && plen <= sizeof(s->peer) &&
 	    (peer->sa_family == AF_INET || peer->sa_family == AF_INET6)) {
 		memcpy(&s->peer, peer, plen);
 		s->peer_known = true;   /* what getpeername would say */
@@ -209,11 +206,11 @@ static int accept_any(int fd, struct sockaddr *addr, socklen_t *len, int flags, 
 	before_accept(fd);
 	if (addr) {
 		r = four ? real.accept4(fd, addr, len, flags) : real.accept(fd, addr, len);
-		return accepted(fd, r, flags, NULL, 0, 0);
+		return accepted(fd, r, flags, NULL, 0);
 	}
 	r = four ? real.accept4(fd, (struct sockaddr *)&own, &olen, flags) :
 		   real.accept(fd, (struct sockaddr *)&own, &olen);
-	return accepted(fd, r, flags, (struct sockaddr *)&own, olen, sizeof(own));
+	return accepted(fd, r, flags, (struct sockaddr *)&own, olen);
 }
 
 EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
