@@ -141,8 +141,10 @@ socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to)
 /* The connection may upgrade, and its 4-tuple is in t; else it failed (false). */
 static bool client_tuple(struct wsd_sock *s, struct wsd_tuple *t)
 {
-	if (atomic_load(&s->nfds) == 0 || s->no_upgrade)
-		return connect_fail(s, s->no_upgrade ? (enum wsd_reason)s->why_not : R_FORKED), false;
+	if (atomic_load(&s->nfds) == 0)
+		return connect_fail(s, R_CLOSED), false;
+	if (s->no_upgrade)
+		return connect_fail(s, s->why_not ? (enum wsd_reason)s->why_not : R_FORKED), false;
 	if (urgent_seen(s))
 		return connect_fail(s, R_UNSUPPORTED), false;
 	if (learn_tuple(s))

@@ -132,6 +132,7 @@ enum wsd_reason {
 	R_RESOURCES,       /* descriptors or memory near the program's limits */
 	R_SHARED,          /* the peer's listener is shared with processes it forked */
 	R_MOVED,           /* ...and one of those has the connection: ask its registry */
+	R_CLOSED,          /* the program closed it before its upgrade was asked */
 	R_NREASONS
 };
 
@@ -163,6 +164,7 @@ static inline const char *wsd_reason_name(unsigned r)
 		[R_RESOURCES] = "resources",
 		[R_SHARED] = "shared",
 		[R_MOVED] = "moved",
+		[R_CLOSED] = "closed",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
 
