@@ -285,9 +285,17 @@ WSD_HIDDEN void wsd_debug(const char *fmt, ...) __attribute__((format(printf, 1,
  * their first wait, then for each unit of work).  fork waits for 0 before
  * it goes on: an allocator without fork handling (the sanitizers') would
  * otherwise leave the child a lock one of them held, and the child's first
- * allocation of that size waits for ever.  wsd_threads_idle waits up to ms.
+ * allocation of that size waits for ever.
+ *
+ * wsd_threads_hold, the last thing before fork, holds each thread that
+ * wakes at its next wsd_threads_work and waits up to ms for the others to
+ * reach a wait; wsd_threads_release lets them go (after fork, in the
+ * parent and the child).  A thread back from a wait calls wsd_threads_work
+ * before it touches anything.
  */
 WSD_HIDDEN extern _Atomic int wsd_threads_busy;
-WSD_HIDDEN void wsd_threads_idle(int ms);
+WSD_HIDDEN void wsd_threads_hold(int ms);
+WSD_HIDDEN void wsd_threads_release(void);
+WSD_HIDDEN void wsd_threads_work(void);
 
 #endif

@@ -117,10 +117,34 @@ int64_t wsd_spin_ns(void)
 }
 
 _Atomic int wsd_threads_busy;
+static _Atomic int threads_held;
 
-void wsd_threads_idle(int ms)
+void wsd_threads_hold(int ms)
 {
+	atomic_store(&threads_held, 1);
 	for (int64_t end = wsd_now_ms() + ms;
 	     atomic_load(&wsd_threads_busy) > 0 && wsd_now_ms() < end;)
 		sched_yield();
+}
+
+void wsd_threads_release(void)
+{
+	atomic_store(&threads_held, 0);
+}
+
+/*
+ * Counted busy, unless a fork holds the threads: then back to idle until
+ * it is done.  Both sides write, then read the other's word (sequentially
+ * consistent), so either the hold sees this thread busy or it sees the hold.
+ */
+void wsd_threads_work(void)
+{
+	for (;;) {
+		atomic_fetch_add(&wsd_threads_busy, 1);
+		if (!atomic_load(&threads_held))
+			return;
+		atomic_fetch_sub(&wsd_threads_busy, 1);
+		while (atomic_load(&threads_held))
+			sched_yield();
+	}
 }

@@ -520,9 +520,9 @@ static void *chan_main(void *arg)
 		WSAOVERLAPPED *ov = NULL;
 		int r;
 
-		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_idle) */
+		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_hold) */
 		r = wsd_port_wait(port, &bytes, &key, &ov, SWEEP_MS);
-		atomic_fetch_add(&wsd_threads_busy, 1);
+		wsd_threads_work();
 		if (r < 0 && r != -EINTR)
 			break;
 		if (r == 1 && key && !is_in((struct wsd_chan *)key, ov)) {

@@ -368,10 +368,10 @@ static void *worker(void *arg)
 		struct job *j;
 
 		pthread_mutex_lock(&up_lock);
-		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_idle) */
+		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_hold) */
 		while (!jobs)
 			pthread_cond_wait(&jobs_cv, &up_lock);
-		atomic_fetch_add(&wsd_threads_busy, 1);
+		wsd_threads_work();
 		j = jobs;
 		jobs = j->next;
 		if (!jobs)

@@ -84,17 +84,23 @@ static void before_fork(void)
 	struct wsd_sock_list l = { 0 };
 
 	wsd_settle_pending(true);   /* first bytes in a grant go by the stream: the child copies none */
-	/* our threads between two pieces of work: none inside the allocator */
-	wsd_threads_idle(200);
-	if (!wsd_fd_any())
-		return;
-	wsd_fd_each(note_fork, &l);
-	to_stream(&l);
-	wsd_sock_list_free(&l);
+	if (wsd_fd_any()) {
+		wsd_fd_each(note_fork, &l);
+		to_stream(&l);   /* may want our threads: they are held after it */
+		wsd_sock_list_free(&l);
+	}
+	/* last: our threads held between two pieces of work, none inside the allocator */
+	wsd_threads_hold(200);
+}
+
+static void in_parent(void)
+{
+	wsd_threads_release();
 }
 
 static void in_child(void)
 {
+	wsd_threads_release();
 	wsd_fd_atfork_child();
 	wsd_poll_atfork_child();
 	wsd_stat_atfork_child();
@@ -104,7 +110,7 @@ static void in_child(void)
 __attribute__((constructor)) static void switch_init(void)
 {
 	wsd_real_init();
-	pthread_atfork(before_fork, NULL, in_child);
+	pthread_atfork(before_fork, in_parent, in_child);
 	wsd_prefix_inherit();
 }
 

@@ -61,6 +61,7 @@ struct reg {
 struct acceptor_req {
 	uint16_t port;               /* the registry's */
 	struct wsd_tuple t;
+	bool working;                /* counted busy (wsd_threads_work) since the request came */
 };
 
 static struct reg *regs;
@@ -143,6 +144,11 @@ static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *
 {
 	struct acceptor_req *a = (struct acceptor_req *)arg;
 
+	if (!a->working) {
+		wsd_threads_work();
+		a->working = true;
+	}
+
 	(void)caller_id; (void)sqos; (void)gqos; (void)callee_id; (void)g;
 	const char *why;
 
@@ -197,9 +203,11 @@ static void *acceptor(void *arg)
 		SOCKET ws;
 		int64_t closed;
 
-		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_idle) */
+		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_hold) */
+		a.working = false;
 		ws = procs.lpWSPAccept(r->ls, NULL, NULL, on_request, (uintptr_t)&a, &err);
-		atomic_fetch_add(&wsd_threads_busy, 1);
+		if (!a.working)
+			wsd_threads_work();
 		closed = atomic_load(&r->closed_at);
 
 		if (closed && wsd_now_ms() - closed > REG_GRACE_MS) {

@@ -601,7 +601,7 @@ static void *completion_thread(void *arg)
 		atomic_fetch_sub(&wsd_threads_busy, 1);
 		timed_out = wsd_engine_wait_fd(&pv->engine, pv->epfd,
 					       watching ? BACKSTOP_NS : -1) == 0;
-		atomic_fetch_add(&wsd_threads_busy, 1);
+		wsd_threads_work();
 		(void)eventfd_read(pv->efd, &junk);
 		pthread_mutex_lock(&pv->lock);
 	}
