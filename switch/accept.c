@@ -186,10 +186,13 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	a.req = q->req;
 	if (wsd_fault("accept-delay", &ms))
 		usleep((useconds_t)ms * 1000);
-	if (q->ch ? answer(q, &a) : send_msg(q->ws, &a.h)) {
+	/* a new channel's receives first: the peer may send the moment it has ACCEPT */
+	if (q->ch ? answer(q, &a) : wsd_chan_receive(ch, q->h->pid) || send_msg(q->ws, &a.h)) {
 		wsd_session_free(ss);
-		if (!q->ch)
+		if (!q->ch) {
+			wsd_chan_end(ch);   /* receives posted: they end, and the reader lets go */
 			wsd_chan_put(ch);
+		}
 		atomic_store(&s->upgrade_state, UP_FAILED);
 		set_reason(s, R_PROVIDER);
 		return;
@@ -388,8 +391,10 @@ static void take_channel(SOCKET ws, const struct wsd_hello *h, uint16_t port)
 		wsd_session_peer(ss, h);
 		wsd_session_hello(ss, &a, MSG_ACCEPT);
 	}
-	if (!ss || send_msg(ws, &a)) {
+	/* its receives first: the peer may send the moment it has ACCEPT */
+	if (!ss || wsd_chan_receive(ch, h->pid) || send_msg(ws, &a)) {
 		wsd_session_free(ss);
+		wsd_chan_end(ch);   /* receives posted: they end, and the reader lets go */
 		wsd_chan_put(ch);   /* closes ws */
 		wsd_stat_refused(R_PROVIDER);
 		return;
@@ -407,7 +412,7 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 	const char *why;
 	int e;
 
-	if (recv_msg(&ws, &h, ANSWER_MS, NULL) || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
+	if (recv_msg(&ws, &h, ANSWER_MS, NULL, NULL) || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
 		if (ws != INVALID_SOCKET)
 			drop(ws);
 		else

@@ -321,18 +321,20 @@ static int post_in(struct wsd_chan *ch, struct in *in)
 
 static void rx_end(struct wsd_chan *ch);
 
-int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid)
+int wsd_chan_receive(struct wsd_chan *ch, uint32_t peer_pid)
 {
 	uint32_t posted = 0;
 	int r;
 
+	if (ch->receiving)
+		return atomic_load(&ch->dead) ? -EPIPE : 0;
+	ch->receiving = true;
 	ch->peer_pid = peer_pid;
 	pthread_mutex_lock(&wsd_chan_tab_lock);
 	r = start_thread();
 	if (!r)
 		r = wsd_port_associate(port, ch->ws, (uintptr_t)ch);
 	if (!r) {
-		ch->reading = true;
 		ch->next = wsd_chans;
 		wsd_chans = ch;
 		while (posted < NRECV && post_in(ch, &ch->ins[posted]) == 0)
@@ -348,7 +350,18 @@ int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid)
 			wsd_spi()->lpWSPShutdown(ch->ws, SD_BOTH, &err);
 		else
 			rx_end(ch);
+		r = -EPIPE;
 	}
+	return r;
+}
+
+int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid)
+{
+	int r = wsd_chan_receive(ch, peer_pid);
+
+	pthread_mutex_lock(&wsd_chan_tab_lock);
+	ch->reading = true;
+	pthread_mutex_unlock(&wsd_chan_tab_lock);
 	for (uint32_t i = 0; !r && i < MAX_SEGS; i++)
 		if (ch->peers[i].tell) {
 			ch->peers[i].tell = false;

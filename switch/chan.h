@@ -49,6 +49,15 @@ struct wsd_slot {
  */
 struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 			      const struct wsd_stat_addr *key);
+/*
+ * The channel's receives posted, for the messages the peer may send as
+ * soon as it has our answer: on verbs, a message that finds no receive is
+ * refused (RNR) and sent again only after a timer, and Debian 12's rxe was
+ * seen to stall on that for good.  The listening side calls it before it
+ * answers the handshake; wsd_chan_start does it when not yet done.  0, or
+ * -EPIPE (the channel is ended).
+ */
+int wsd_chan_receive(struct wsd_chan *ch, uint32_t peer_pid);
 /* The handshake is done: the reader starts, a connector's channel is found from now. */
 int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid);
 /* A connector's live channel to key (the peer's address and port), held, or NULL. */

@@ -67,6 +67,7 @@ struct wsd_chan {
 	int peer_pidfd;              /* mbox.c: the peer the kernel named, -1 not yet, -2 none */
 	_Atomic bool dead;
 	bool reading;
+	bool receiving;              /* its receives posted (wsd_chan_receive) */
 	int64_t idle_since;          /* ms, with no slot in use; 0 while one is */
 	uint32_t ring;
 	struct seg segs[MAX_SEGS];

@@ -241,7 +241,8 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	wsd_session_hello(ss, &h, MSG_HELLO);
 	if (wsd_fault("hello-delay", &ms))
 		usleep((useconds_t)ms * 1000);
-	if (send_msg(ws, &h) || recv_msg(&ws, &a, ANSWER_MS, gone)) {
+	/* the answer's receive posted before the HELLO goes */
+	if (recv_msg(&ws, &a, ANSWER_MS, gone, &h)) {
 		if (ws == INVALID_SOCKET)
 			wsd_chan_lost_socket(ch);
 		wsd_session_free(ss);

@@ -200,12 +200,16 @@ int send_msg(SOCKET ws, struct wsd_hello *h)
 }
 
 /*
- * Receive one message within ms; 0 or -1.  A receive still pending when
- * the time is up would later write into h and into this frame's
- * overlapped: the socket is closed then, which ends the request before we
- * return, and *ws becomes INVALID_SOCKET (the caller closes nothing).
+ * Receive one message within ms; 0 or -1.  first, when given, is sent once
+ * the receive is posted (the handshake's HELLO: on verbs an answer that
+ * found no receive would be refused, RNR, and sent again only after a
+ * timer).  A receive still pending when the time is up (or the send
+ * failed) would later write into h and into this frame's overlapped: the
+ * socket is closed then, which ends the request before we return, and *ws
+ * becomes INVALID_SOCKET (the caller closes nothing).
  */
-int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone)
+int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone,
+	     struct wsd_hello *first)
 {
 	SOCKET ws = *wsp;
 	WSABUF b = { sizeof(*h), (char *)h };
@@ -213,12 +217,21 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone)
 	uint32_t n = 0, fl = 0;
 	int err = 0;
 	int64_t end = wsd_now_ms() + ms;
+	bool done;
 
 	memset(h, 0, sizeof(*h));
-	if (procs.lpWSPRecv(ws, &b, 1, &n, &fl, &ov, NULL, NULL, &err) == 0)
-		return n == sizeof(*h) ? 0 : -1;
-	if (err != WSA_IO_PENDING)
+	done = procs.lpWSPRecv(ws, &b, 1, &n, &fl, &ov, NULL, NULL, &err) == 0;
+	if (!done && err != WSA_IO_PENDING)
 		return -1;
+	if (first && send_msg(ws, first)) {
+		if (!done) {
+			procs.lpWSPCloseSocket(ws, &err);   /* aborts the request */
+			*wsp = INVALID_SOCKET;
+		}
+		return -1;
+	}
+	if (done)
+		return n == sizeof(*h) ? 0 : -1;
 	while (!procs.lpWSPGetOverlappedResult(ws, &ov, &n, 0, &fl, &err)) {
 		if (err != WSA_IO_INCOMPLETE || wsd_now_ms() > end || (gone && atomic_load(gone))) {
 			procs.lpWSPCloseSocket(ws, &err);   /* aborts the request */

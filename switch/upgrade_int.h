@@ -56,7 +56,8 @@ int learn_tuple(struct wsd_sock *s);
 bool same(const struct wsd_stat_addr *a, const struct wsd_stat_addr *b);
 int send_msg(SOCKET ws, struct wsd_hello *h);
 /* ...waiting ms at most, and no longer once *gone (when not NULL) is true. */
-int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone);
+int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone,
+	     struct wsd_hello *first);
 enum wsd_path path_of(SOCKET ws);
 /* The process at ws's other end, as the kernel named it (shm), is pid (the one its HELLO gave). */
 bool peer_pid_is(SOCKET ws, uint32_t pid);
