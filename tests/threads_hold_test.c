@@ -12,15 +12,22 @@
 #include <unistd.h>
 
 #include "provider/internal.h"
+#include "tests/pair.h"
 
 static _Atomic int started, woke;
 
-static int64_t ms_since(const struct timespec *t0)
+/* Start fn, wait until it is at work, then hold (up to ms): the hold's time in ms. */
+static int64_t hold_after(void *(*fn)(void *), pthread_t *t, int ms)
 {
-	struct timespec t;
+	struct timespec t0, t1;
 
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+	ck_assert_int_eq(pthread_create(t, NULL, fn, NULL), 0);
+	while (!atomic_load(&started))
+		usleep(1000);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	wsd_threads_hold(ms);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
 }
 
 /* At work for 150 ms, then a wait, then a wake: held there while the hold lasts. */
@@ -40,16 +47,9 @@ static void *worker(void *arg)
 
 START_TEST(hold_waits_then_holds)
 {
-	struct timespec t0;
 	pthread_t t;
-	int64_t ms;
+	int64_t ms = hold_after(worker, &t, 5000);
 
-	ck_assert_int_eq(pthread_create(&t, NULL, worker, NULL), 0);
-	while (!atomic_load(&started))
-		usleep(1000);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	wsd_threads_hold(5000);
-	ms = ms_since(&t0);
 	ck_assert_msg(ms >= 90 && ms < 5000, "the hold came back after %lld ms", (long long)ms);
 	ck_assert_int_eq(atomic_load(&wsd_threads_busy), 0);
 	usleep(200 * 1000);
@@ -74,16 +74,9 @@ static void *stays_busy(void *arg)
 
 START_TEST(hold_gives_up_after_its_bound)
 {
-	struct timespec t0;
 	pthread_t t;
-	int64_t ms;
+	int64_t ms = hold_after(stays_busy, &t, 100);
 
-	ck_assert_int_eq(pthread_create(&t, NULL, stays_busy, NULL), 0);
-	while (!atomic_load(&started))
-		usleep(1000);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	wsd_threads_hold(100);
-	ms = ms_since(&t0);
 	ck_assert_msg(ms >= 90 && ms < 700, "the hold came back after %lld ms", (long long)ms);
 	ck_assert_int_eq(atomic_load(&wsd_threads_busy), 1);
 	wsd_threads_release();
@@ -91,19 +84,11 @@ START_TEST(hold_gives_up_after_its_bound)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
-	Suite *s = suite_create("threads_hold");
-	TCase *tc = tcase_create("hold");
-	SRunner *sr;
-	int failed;
+	TCase *tc = t_case("hold", argc, argv);
 
 	tcase_add_test(tc, hold_waits_then_holds);
 	tcase_add_test(tc, hold_gives_up_after_its_bound);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return t_run("threads_hold", tc);
 }
