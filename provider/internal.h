@@ -291,11 +291,13 @@ WSD_HIDDEN void wsd_debug(const char *fmt, ...) __attribute__((format(printf, 1,
  * wakes at its next wsd_threads_work and waits up to ms for the others to
  * reach a wait; wsd_threads_release lets them go (after fork, in the
  * parent and the child).  A thread back from a wait calls wsd_threads_work
- * before it touches anything.
+ * before it touches anything, and wsd_threads_rest before it waits again
+ * (or ends).
  */
 WSD_HIDDEN extern _Atomic int wsd_threads_busy;
 WSD_HIDDEN void wsd_threads_hold(int ms);
 WSD_HIDDEN void wsd_threads_release(void);
 WSD_HIDDEN void wsd_threads_work(void);
+WSD_HIDDEN void wsd_threads_rest(void);
 
 #endif

@@ -143,8 +143,13 @@ void wsd_threads_work(void)
 		atomic_fetch_add(&wsd_threads_busy, 1);
 		if (!atomic_load(&threads_held))
 			return;
-		atomic_fetch_sub(&wsd_threads_busy, 1);
+		wsd_threads_rest();
 		while (atomic_load(&threads_held))
 			sched_yield();
 	}
+}
+
+void wsd_threads_rest(void)
+{
+	atomic_fetch_sub(&wsd_threads_busy, 1);
 }

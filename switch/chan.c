@@ -358,15 +358,19 @@ int wsd_chan_receive(struct wsd_chan *ch, uint32_t peer_pid)
 int wsd_chan_start(struct wsd_chan *ch, uint32_t peer_pid)
 {
 	int r = wsd_chan_receive(ch, peer_pid);
+	bool tell[MAX_SEGS] = { false };
 
-	pthread_mutex_lock(&wsd_chan_tab_lock);
+	/* under mu, as chan_seg.c looks at it before it defers a MAPPED to here */
+	pthread_mutex_lock(&ch->mu);
 	ch->reading = true;
-	pthread_mutex_unlock(&wsd_chan_tab_lock);
+	for (uint32_t i = 0; i < MAX_SEGS; i++) {
+		tell[i] = ch->peers[i].tell;
+		ch->peers[i].tell = false;
+	}
+	pthread_mutex_unlock(&ch->mu);
 	for (uint32_t i = 0; !r && i < MAX_SEGS; i++)
-		if (ch->peers[i].tell) {
-			ch->peers[i].tell = false;
+		if (tell[i])
 			chan_send_mapped(ch, i);
-		}
 	if (!r)
 		wsd_chan_box_grant(ch);   /* the listening side's: its peer's first-byte OPENs */
 	return r;
@@ -533,7 +537,7 @@ static void *chan_main(void *arg)
 		WSAOVERLAPPED *ov = NULL;
 		int r;
 
-		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_hold) */
+		wsd_threads_rest();   /* waiting (wsd_threads_hold) */
 		r = wsd_port_wait(port, &bytes, &key, &ov, SWEEP_MS);
 		wsd_threads_work();
 		if (r < 0 && r != -EINTR)
@@ -573,7 +577,7 @@ static void *chan_main(void *arg)
 			wsd_chan_box_refill();
 		}
 	}
-	atomic_fetch_sub(&wsd_threads_busy, 1);
+	wsd_threads_rest();
 	return NULL;
 }
 

@@ -369,7 +369,7 @@ static void *worker(void *arg)
 		struct job *j;
 
 		pthread_mutex_lock(&up_lock);
-		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_hold) */
+		wsd_threads_rest();   /* waiting (wsd_threads_hold) */
 		while (!jobs)
 			pthread_cond_wait(&jobs_cv, &up_lock);
 		wsd_threads_work();

@@ -203,7 +203,7 @@ static void *acceptor(void *arg)
 		SOCKET ws;
 		int64_t closed;
 
-		atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting (wsd_threads_hold) */
+		wsd_threads_rest();   /* waiting (wsd_threads_hold) */
 		a.working = false;
 		ws = procs.lpWSPAccept(r->ls, NULL, NULL, on_request, (uintptr_t)&a, &err);
 		if (!a.working)
@@ -243,7 +243,7 @@ static void *acceptor(void *arg)
 	}
 	procs.lpWSPCloseSocket(r->ls, &err);
 	reg_free(r);
-	atomic_fetch_sub(&wsd_threads_busy, 1);
+	wsd_threads_rest();
 	return NULL;
 }
 

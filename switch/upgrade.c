@@ -122,7 +122,7 @@ int wsd_thread_start(void *(*fn)(void *), void *arg, bool waits)
 		atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
 	r = pthread_create(&t, &at, fn, arg);
 	if (r && waits)
-		atomic_fetch_sub(&wsd_threads_busy, 1);
+		wsd_threads_rest();
 	pthread_attr_destroy(&at);
 	return r ? -EAGAIN : 0;
 }

@@ -30,18 +30,24 @@ static int64_t hold_after(void *(*fn)(void *), pthread_t *t, int ms)
 	return (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
 }
 
+/* Counted at work for ms, then waiting (as the library's threads do). */
+static void at_work(int ms)
+{
+	wsd_threads_work();
+	atomic_store(&started, 1);
+	usleep(ms * 1000);
+	wsd_threads_rest();
+}
+
 /* At work for 150 ms, then a wait, then a wake: held there while the hold lasts. */
 static void *worker(void *arg)
 {
 	(void)arg;
-	wsd_threads_work();
-	atomic_store(&started, 1);
-	usleep(150 * 1000);
-	atomic_fetch_sub(&wsd_threads_busy, 1);   /* waiting */
+	at_work(150);
 	usleep(20 * 1000);
 	wsd_threads_work();                       /* woken */
 	atomic_store(&woke, 1);
-	atomic_fetch_sub(&wsd_threads_busy, 1);
+	wsd_threads_rest();
 	return NULL;
 }
 
@@ -65,10 +71,7 @@ END_TEST
 static void *stays_busy(void *arg)
 {
 	(void)arg;
-	wsd_threads_work();
-	atomic_store(&started, 1);
-	usleep(800 * 1000);
-	atomic_fetch_sub(&wsd_threads_busy, 1);
+	at_work(800);
 	return NULL;
 }
 

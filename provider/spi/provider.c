@@ -598,14 +598,14 @@ static void *completion_thread(void *arg)
 		pthread_mutex_unlock(&pv->lock);
 		for (unsigned i = 0; i < n; i++)
 			wsp_sock_put(socks[i]);
-		atomic_fetch_sub(&wsd_threads_busy, 1);
+		wsd_threads_rest();
 		timed_out = wsd_engine_wait_fd(&pv->engine, pv->epfd,
 					       watching ? BACKSTOP_NS : -1) == 0;
 		wsd_threads_work();
 		(void)eventfd_read(pv->efd, &junk);
 		pthread_mutex_lock(&pv->lock);
 	}
-	atomic_fetch_sub(&wsd_threads_busy, 1);
+	wsd_threads_rest();
 	pthread_mutex_unlock(&pv->lock);
 	free(socks);
 	return NULL;
@@ -736,7 +736,7 @@ int WSPStartup(uint16_t version, WSPDATA *data, WSAPROTOCOL_INFO *info,
 	nd_adapter_query(pv->ad, &pv->info);
 	atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
 	if (pthread_create(&pv->thread, NULL, completion_thread, pv)) {
-		atomic_fetch_sub(&wsd_threads_busy, 1);
+		wsd_threads_rest();
 		provider_free(pv);
 		return WSAENOBUFS;
 	}
