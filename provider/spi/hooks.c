@@ -61,7 +61,7 @@ EXPORT int madvise(void *addr, size_t len, int advice)
 static void (*next_free)(void *);
 static __thread int resolving;
 
-EXPORT void free(void *p)
+static void hooks_free(void *p)
 {
 	void (*fn)(void *) = __atomic_load_n(&next_free, __ATOMIC_ACQUIRE);
 
@@ -78,4 +78,17 @@ EXPORT void free(void *p)
 	if (p)
 		wsp_rc_invalidate(p, malloc_usable_size(p));
 	fn(p);
+}
+
+EXPORT void free(void *p) __attribute__((alias("hooks_free")));
+
+/*
+ * Whether a free in this process passes through hooks_free: not where an
+ * allocator or a sanitizer runtime comes first in the lookup order (ASan's
+ * free, whose allocator also unmaps by its own system calls).  Then the
+ * cache must keep no registration past its last user (mem.c).
+ */
+bool wsp_hooks_first(void)
+{
+	return dlsym(RTLD_DEFAULT, "free") == (void *)hooks_free;
 }

@@ -35,8 +35,13 @@ static long page_size(void)
 
 static unsigned cache_limit(void)
 {
+	static _Atomic int hooked = -1;
 	long n = wsd_param_long("WSD_RCACHE_ENTRIES");
 
+	if (hooked < 0)
+		hooked = wsp_hooks_first && wsp_hooks_first();
+	if (!hooked)
+		return 0;   /* a freed buffer's registration would outlive it unseen */
 	return n > 0 && n < 1000000 ? (unsigned)n : 256;
 }
 
