@@ -131,6 +131,7 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	pthread_mutex_init(&ch->mu, NULL);
 	pthread_mutex_init(&ch->send_mu, NULL);
 	pthread_mutex_init(&ch->box_mu, NULL);
+	pthread_cond_init(&ch->grown, NULL);
 	ch->ws = ws;
 	ch->path = path;
 	ch->connector = connector;
@@ -140,11 +141,12 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	ch->owner = wsd_pid();
 	ch->peer_pidfd = -1;
 	ch->ring = wsd_switch_params()->ring_size;
-	if (chan_seg_add(ch)) {
+	if (chan_seg_add(ch, ch->ring, path == PATH_SHM ? SHM_SLOTS : VERBS_SLOTS)) {
 		ch->ws = INVALID_SOCKET;   /* still the caller's */
 		chan_free(ch);
 		return NULL;
 	}
+	ch->nsegs = 1;
 	pthread_mutex_lock(&wsd_chan_tab_lock);
 	ch->id = next_id++;
 	pthread_mutex_unlock(&wsd_chan_tab_lock);

@@ -38,6 +38,7 @@ struct wsd_chan;
 struct wsd_slot {
 	uint8_t *base;               /* CTL_SIZE control bytes, then the ring */
 	uint32_t seg, off;           /* its segment and offset in it */
+	uint32_t ring;               /* its ring's size (the segment's) */
 	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];   /* the segment's registration */
 };
 
@@ -70,7 +71,7 @@ enum wsd_path wsd_chan_path(const struct wsd_chan *ch);
 uint32_t wsd_chan_id(const struct wsd_chan *ch);
 /*
  * The inodes of its shm memory (0: none): our receive segment, and the
- * peer's mapped here.  One segment each (MAX_SEGS); for wsd stat.
+ * peer's mapped here: the first segment each (shm has one); for wsd stat.
  */
 void wsd_chan_mem_inodes(struct wsd_chan *ch, uint64_t ino[2]);
 /* The peer process's pid when the transport told it (shm), else 0. */

@@ -10,9 +10,20 @@
 #include "provider/internal.h"
 #include "switch/chan.h"
 
-#define MAX_SEGS 1                   /* one segment a side, registered before any message */
+/*
+ * Segments a side: the first is registered before any message; on verbs,
+ * whose registered memory is pinned, more are added while connections
+ * fill those there are (chan_seg.c), each of smaller rings.
+ */
+#define MAX_SEGS 16
 #define SHM_SLOTS 16384              /* on shm, at most (the registration's 4 GiB bound them too) */
-#define VERBS_SLOTS 64               /* registered memory is pinned: fewer on verbs */
+#define VERBS_SLOTS 64               /* verbs: the first segment's, of WSD_SWITCH_RING rings */
+#define VERBS_GROW_SLOTS 256         /* verbs: each added segment's */
+/*
+ * and their rings (or WSD_SWITCH_RING if smaller): 16 KiB, so a segment pins
+ * 5 MB (256 slots of 20 KiB), and 1,000 connections 21 MB a side
+ */
+#define VERBS_GROW_RING 16384u
 enum { SL_USED = 1, SL_PEER = 2, SL_WARM = 4 };   /* SL_WARM: free, its pages not yet given back */
 #define SWEEP_MS 500
 #define IDLE_MS 10000                /* a connector's channel with no slot lives this long */
@@ -32,6 +43,7 @@ struct seg {
 	uint8_t *mem;
 	size_t len;                  /* with the tag page */
 	uint32_t nslots, stride, tag;
+	uint32_t ring;               /* its slots' ring size */
 	uint8_t *state;              /* per slot: SL_USED (our session holds it), SL_PEER
 					(the peer may still write it) */
 	uint32_t *freel, nfree;      /* slots free again, taken first */
@@ -72,6 +84,9 @@ struct wsd_chan {
 	uint32_t ring;
 	struct seg segs[MAX_SEGS];
 	uint32_t nsegs, slots_used;
+	bool growing;                /* a thread adds segs[nsegs], mu not held */
+	pthread_cond_t grown;        /* and the others wait for it */
+	bool grow_failed;            /* could not (memory, pinning limit): not again */
 	struct peer_seg peers[MAX_SEGS];
 	struct wsd_session **sess;   /* the sessions on it */
 	/* listening side: the sessions our mailbox's entries grant (mbox.c) */
@@ -109,7 +124,7 @@ struct wsd_chan {
 
 /* chan_seg.c: the channel's segments and slots, for chan.c */
 void chan_seg_fd_close(struct seg *g);
-int chan_seg_add(struct wsd_chan *ch);
+int chan_seg_add(struct wsd_chan *ch, uint32_t ring, uint32_t nslots);
 void chan_slot_drop(struct wsd_chan *ch, uint32_t seg, uint32_t k, uint8_t side);
 void chan_slots_rest(struct wsd_chan *ch);
 void chan_on_mapped(struct wsd_chan *ch, uint32_t seg);

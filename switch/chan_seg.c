@@ -10,7 +10,12 @@
  * which the transport checked) and then writes with plain stores; it is
  * never populated ahead: a page exists once a sender wrote it, and the
  * sender gives pages back when its ring is idle.  On verbs a segment is
- * registered memory.  A slot is ours to give again only once both sides
+ * registered memory, pinned: the first holds VERBS_SLOTS slots, and a
+ * connection that finds every slot taken adds a segment of smaller rings
+ * (up to MAX_SEGS), registered while the channel carries traffic: the
+ * memory window's bind goes behind the sends in flight, and every one of
+ * those finds a receive posted (the credits), so it completes without
+ * the peer's reader.  A slot is ours to give again only once both sides
  * are done with it (SHUT from the peer, or the peer never wrote it).
  */
 #define _GNU_SOURCE
@@ -46,21 +51,22 @@ void chan_seg_fd_close(struct seg *g)
 }
 
 /*
- * The channel's receive segment, made and registered before its first
- * message: a registration is an endpoint operation, queued behind the
- * sends in flight, and a send waits for the peer's reader; registering
- * later could wait for a peer that waits for us.
+ * Make and register segs[ch->nsegs], of n slots of ring bytes; the caller
+ * counts it in (nsegs, under mu once the channel is shared).  The first
+ * comes before the channel's first message; later ones (verbs) from
+ * wsd_chan_slot_get, with ch->growing keeping others out of segs[nsegs].
  */
-int chan_seg_add(struct wsd_chan *ch)
+int chan_seg_add(struct wsd_chan *ch, uint32_t ring, uint32_t n)
 {
 	struct seg *g = &ch->segs[ch->nsegs];
-	uint32_t n = ch->path == PATH_SHM ? SHM_SLOTS : VERBS_SLOTS;
 	uint32_t dlen = sizeof(g->desc);
 	int err, fd = -1;
 
 	if (ch->nsegs == MAX_SEGS)
 		return -ENOMEM;
-	g->stride = (CTL_SIZE + ch->ring + WSD_SEG_PAGE - 1) & ~(WSD_SEG_PAGE - 1);
+	memset(g, 0, sizeof(*g));
+	g->ring = ring;
+	g->stride = (CTL_SIZE + ring + WSD_SEG_PAGE - 1) & ~(WSD_SEG_PAGE - 1);
 	if ((uint64_t)n * g->stride + WSD_SEG_PAGE > UINT32_MAX)
 		n = (uint32_t)((UINT32_MAX - WSD_SEG_PAGE) / g->stride);
 	/* mapped here and by the peer: within the program's address-space reserve */
@@ -106,7 +112,6 @@ int chan_seg_add(struct wsd_chan *ch)
 	g->memfd = fd;
 	g->shared = fd >= 0;
 	g->ino = fd >= 0 ? ino_of(fd) : 0;
-	ch->nsegs++;
 	return 0;
 fail:
 	free(g->state);
@@ -131,21 +136,68 @@ static void shuts_taken(struct wsd_chan *ch)
 	}
 }
 
+/*
+ * mu held: every slot taken, may we add a segment?  Verbs only (shm's one
+ * segment holds SHM_SLOTS, and its pages exist only once written), the
+ * channel alive and ours.
+ */
+static bool may_grow(const struct wsd_chan *ch)
+{
+	return ch->path != PATH_SHM && ch->nsegs && ch->nsegs < MAX_SEGS && !ch->grow_failed &&
+	       !atomic_load(&ch->dead) && ch->owner == wsd_pid();
+}
+
+/* mu held, for a while not: add a segment to the full channel.  0 or -ENOSPC. */
+static int grow(struct wsd_chan *ch)
+{
+	uint32_t ring = ch->ring < VERBS_GROW_RING ? ch->ring : VERBS_GROW_RING;
+	int r;
+
+	ch->growing = true;
+	pthread_mutex_unlock(&ch->mu);
+	r = chan_seg_add(ch, ring, VERBS_GROW_SLOTS);
+	pthread_mutex_lock(&ch->mu);
+	ch->growing = false;
+	pthread_cond_broadcast(&ch->grown);
+	if (r) {
+		ch->grow_failed = true;   /* the rest stay on TCP: no registration tried each */
+		return -ENOSPC;
+	}
+	ch->nsegs++;
+	wsd_debug("switch: channel %u has %u segments", ch->id, ch->nsegs);
+	return 0;
+}
+
 int wsd_chan_slot_get(struct wsd_chan *ch, struct wsd_slot *sl)
 {
-	struct seg *g = &ch->segs[0];
-	uint32_t k;
+	struct seg *g = NULL;
+	uint32_t i, k;
 
 	pthread_mutex_lock(&ch->mu);
 	shuts_taken(ch);
-	if (!ch->nsegs || (!g->nfree && g->fresh == g->nslots)) {
-		pthread_mutex_unlock(&ch->mu);
-		return -ENOSPC;   /* a full channel: the connection stays on TCP */
+	for (;;) {
+		for (i = 0; i < ch->nsegs; i++) {
+			g = &ch->segs[i];
+			if (g->nfree || g->fresh < g->nslots)
+				break;
+		}
+		if (i < ch->nsegs)
+			break;
+		if (ch->growing && may_grow(ch)) {
+			/* another connection adds one: a slot in it, not TCP */
+			pthread_cond_wait(&ch->grown, &ch->mu);
+			continue;
+		}
+		if (!may_grow(ch) || grow(ch)) {
+			pthread_mutex_unlock(&ch->mu);
+			return -ENOSPC;   /* a full channel: the connection stays on TCP */
+		}
 	}
 	k = g->nfree ? g->freel[--g->nfree] : g->fresh++;
 	g->state[k] = SL_USED | SL_PEER;
-	sl->seg = 0;
+	sl->seg = i;
 	sl->off = k * g->stride;
+	sl->ring = g->ring;
 	sl->base = g->mem + sl->off;
 	memcpy(sl->desc, g->desc, sizeof(sl->desc));
 	memset(sl->base, 0, CTL_SIZE);

@@ -40,7 +40,6 @@
 
 struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 {
-	const struct wsd_switch_params *p = wsd_switch_params();
 	struct wsd_session *ss = calloc(1, sizeof(*ss));
 	uint8_t rnd[sizeof(ss->rx_key) + sizeof(ss->nonce)];
 
@@ -48,8 +47,6 @@ struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 		return NULL;
 	ss->ws = wsd_chan_socket(ch);
 	ss->path = wsd_chan_path(ch);
-	ss->ring_size = p->ring_size;
-	ss->region_len = CTL_SIZE + ss->ring_size;
 	ss->k_base = -1;
 	ss->k_tx_base = -1;
 	/* staging for a mapped peer: a record's header and the words (see wsd_session_peer) */
@@ -66,6 +63,8 @@ struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 	}
 	wsd_chan_hold(ch);
 	ss->ch = ch;
+	ss->ring_size = ss->slot.ring;   /* WSD_SWITCH_RING, or an added verbs segment's */
+	ss->region_len = CTL_SIZE + ss->ring_size;
 	ss->region = ss->slot.base;
 	memcpy(ss->rx_desc, ss->slot.desc, sizeof(ss->rx_desc));
 	ss->ctl = (struct wsd_ctl *)ss->region;

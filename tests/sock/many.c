@@ -5,10 +5,11 @@
  * epoll set holding them all), then all closed and every close seen.
  * Needs RLIMIT_NOFILE raised; skips (77) where the hard limit will not allow.
  *
- * MANY_PATH_MIN=N (the VM rig over verbs, whose channel has 64 registered
- * slots): instead of every checked connection on WSD_EXPECT_PATH, at least
- * N of them must be there, the others on tcp (left there by the full
- * channel), and every byte still checked.
+ * MANY_PATH_MIN=N (the VM rig over verbs): instead of the first few
+ * connections, each after it settled, at least N of all of them must be on
+ * WSD_EXPECT_PATH within 10 s of the warm-up; the rig asks for 900 of the
+ * 1,000, which over verbs takes the segments a channel adds as its first
+ * 64 registered slots fill.  Every byte is checked either way.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -201,11 +202,13 @@ int main(int argc, char **argv)
 
 	t_init(argc, argv);
 	/*
-	 * 1,000 upgrades one after another (each a provider connection and two
-	 * rings): about 30 s alone, several times that beside the VM rig under
-	 * make -j; still bounded below run_pair.sh's 180 s.
+	 * 1,000 upgrades one after another: about 30 s alone, several times
+	 * that beside the VM rig under make -j; still bounded below
+	 * run_pair.sh's 180 s.  MANY_WATCHDOG_S: the VM rig's own bound, where
+	 * all 1,000 go over the emulated rxe of a guest without KVM (130 to 175
+	 * s for the plain build; 43 s when only 64 did).
 	 */
-	t_watchdog(170);
+	t_watchdog(getenv("MANY_WATCHDOG_S") ? atoi(getenv("MANY_WATCHDOG_S")) : 170);
 	MUST(getrlimit(RLIMIT_NOFILE, &rl));
 	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 2100) {
 		fprintf(stderr, "SKIP: RLIMIT_NOFILE hard limit %llu < 2100: cannot hold %d "
