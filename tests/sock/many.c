@@ -199,6 +199,7 @@ int main(int argc, char **argv)
 	struct peer b;
 	int port, ok = 0, base;
 	char buf[REQ], want[REQ];
+	const char *watchdog = getenv("MANY_WATCHDOG_S");
 
 	t_init(argc, argv);
 	/*
@@ -208,7 +209,7 @@ int main(int argc, char **argv)
 	 * all 1,000 go over the emulated rxe of a guest without KVM (130 to 175
 	 * s for the plain build; 43 s when only 64 did).
 	 */
-	t_watchdog(getenv("MANY_WATCHDOG_S") ? atoi(getenv("MANY_WATCHDOG_S")) : 170);
+	t_watchdog(watchdog ? atoi(watchdog) : 170);
 	MUST(getrlimit(RLIMIT_NOFILE, &rl));
 	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 2100) {
 		fprintf(stderr, "SKIP: RLIMIT_NOFILE hard limit %llu < 2100: cannot hold %d "
