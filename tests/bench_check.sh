@@ -13,11 +13,12 @@ trap '[ -n "$spid" ] && kill $spid 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 check() {   # check OUTPUT SVG
-	for s in "throughput, 1 stream" "throughput, 4 streams" "round trip" "short-lived"; do
+	for s in "throughput, 1 stream" "throughput, 4 streams" "1 MiB, one stream, server on cpu 0" \
+		 "round trip" "short-lived"; do
 		grep -q "== $s" "$1" || fail "no '$s' section: $(cat "$1")"
 	done
 	for v in tput_1MiB_1stream_ratio rtt_64B_one_core_p50_ratio short_lived_connections_ratio \
-		 cpu_per_GiB_ratio; do
+		 cpu_per_GiB_ratio stream_1MiB_reused_ratio stream_1MiB_cold_vs_memcpy_cold; do
 		grep -Eq "^bench: $v [0-9.]+ .*(MET|MISSED)$" "$1" || fail "no verdict for $v"
 	done
 	# the many-connection section: its tables and verdict lines (--quick
@@ -35,6 +36,11 @@ check() {   # check OUTPUT SVG
 	done
 	grep -Eq "^bench: scale_connections_fast_at_close [0-9]+ of [1-9][0-9]*$" "$1" ||
 		fail "no count of connections fast at the close"
+	# the cold stream's rows measured (a changed sum fails the run and leaves 0)
+	grep -Eq "^ +256 MiB source, all read +[1-9][0-9]* +[1-9][0-9]* " "$1" ||
+		fail "the cold stream was not measured: $(grep -A3 '== 1 MiB, one' "$1")"
+	grep -Eq "^bench: memcpy_1MiB_one_core_MBps hot [1-9][0-9]* cold [1-9][0-9]*$" "$1" ||
+		fail "no memcpy limits"
 	grep -q "^bench: wsd_runs_not_accelerated 0$" "$1" ||
 		fail "a wsd run was not accelerated: $(grep not_accelerated "$1")"
 	python3 -c 'import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); assert d.documentElement.tagName == "svg"; assert len(d.getElementsByTagName("rect")) == 22' "$2" ||
@@ -56,7 +62,7 @@ if [ "$(nproc)" -ge 2 ]; then
 	grep -Eq "^bench: rtt_64B_busy_cpu_mean_us plain [0-9.]+ wsd [0-9.]+ ratio [0-9.]+$" \
 		"$tmp/a.out" || fail "no measured busy-loop line: $(grep busy "$tmp/a.out")"
 fi
-for v in iperf3_1M_ratio tput_1MiB_1stream_vs_ucx_tag_bw; do
+for v in iperf3_1M_ratio stream_1MiB_reused_vs_ucx_tag_bw; do
 	if command -v iperf3 >/dev/null && command -v ucx_perftest >/dev/null; then
 		grep -Eq "^bench: $v [0-9.]+ .*(MET|MISSED)$" "$tmp/a.out" ||
 			fail "no measured verdict for $v: $(grep "$v" "$tmp/a.out")"

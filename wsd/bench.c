@@ -192,6 +192,7 @@ struct results {
 	double conn[2];                 /* connections/s */
 	double iperf3[2];               /* Gbit/s, -l 1M */
 	double ucx_bw, ucx_lat;         /* ucx_perftest tag_bw 1 MiB MB/s, tag_lat 64 B us */
+	struct bench_stream_res stream;  /* 1 MiB, pinned: reused buffer and cold source */
 	int off_path;                   /* wsd runs whose connection took another path */
 };
 
@@ -438,17 +439,26 @@ static void verdicts(const struct results *res, unsigned ran)
 		printf("bench: cpu_ms_per_GiB plain %.1f wsd %.1f\n", res->cpu_gib[0],
 		       res->cpu_gib[1]);
 	/* a wsd figure means something only if its connection was accelerated */
-	if (ran & (BENCH_TPUT | BENCH_RTT | BENCH_BUSY))
-		printf("bench: wsd_runs_not_accelerated %d\n", res->off_path);
+	if (ran & (BENCH_TPUT | BENCH_RTT | BENCH_BUSY | BENCH_STREAM))
+		printf("bench: wsd_runs_not_accelerated %d\n", res->off_path + res->stream.off_path);
 	if (ran & BENCH_TPUT)
 		bench_verdict("cpu_per_GiB_ratio",
 			res->cpu_gib[0] ? res->cpu_gib[1] / res->cpu_gib[0] : 0, "<=", 0.5, "");
-	if (ran & BENCH_EXT) {
+	if (ran & BENCH_STREAM) {
+		printf("bench: memcpy_1MiB_one_core_MBps hot %.0f cold %.0f\n", res->stream.memcpy[0],
+		       res->stream.memcpy[1]);
+		bench_verdict("stream_1MiB_reused_ratio",
+			      bench_ratio(res->stream.mbs[0][1], res->stream.mbs[0][0]), ">=", 3, "");
+		bench_verdict("stream_1MiB_cold_vs_memcpy_cold",
+			      bench_ratio(res->stream.mbs[1][1], res->stream.memcpy[1]), ">=", 0.9,
+			      "");
+	}
+	if (ran & BENCH_EXT)
 		bench_verdict("iperf3_1M_ratio", bench_ratio(res->iperf3[1], res->iperf3[0]), ">=",
 			      3, "");
-		bench_verdict("tput_1MiB_1stream_vs_ucx_tag_bw",
-			      bench_ratio(res->tput[0][mib][1], res->ucx_bw), ">=", 0.85, "");
-	}
+	if ((ran & BENCH_EXT) && (ran & BENCH_STREAM))
+		bench_verdict("stream_1MiB_reused_vs_ucx_tag_bw",
+			      bench_ratio(res->stream.mbs[0][1], res->ucx_bw), ">=", 1, "");
 	if (res->ucx_lat > 0)
 		printf("bench: rtt_64B_across_cores_p50_one_way_us wsd %.3f ucx_tag_lat %.3f\n",
 		       res->rtt[0][0][1][0] / 2, res->ucx_lat);
@@ -613,7 +623,8 @@ static int serve(const struct bench_opts *o)
 /* --only's comma-separated section names as BENCH_ bits; 0 for a name not known. */
 static unsigned sections(const char *list)
 {
-	static const char *const names[] = { "tput", "rtt", "busy", "conn", "ext", "scale" };
+	static const char *const names[] = { "tput", "rtt", "busy", "conn", "ext", "scale",
+					     "stream" };
 	unsigned bits = 0;
 	char buf[128], *save = NULL;
 
@@ -635,7 +646,7 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: wsd bench [--quick] [--rounds N] [--transport shm|verbs|auto]\n"
 			"                 [--peer ADDRESS] [--port N] [--svg FILE]\n"
-			"                 [--only tput,rtt,busy,conn,ext,scale]\n"
+			"                 [--only tput,stream,rtt,busy,conn,ext,scale]\n"
 			"       wsd bench --serve [--port N]\n");
 	return 2;
 }
@@ -698,6 +709,8 @@ int cmd_bench(int argc, char **argv)
 	ran = o.only ? o.only : ~0u;
 	if (ran & BENCH_TPUT)
 		measure_tput(&o, host, &res);
+	if (ran & BENCH_STREAM)
+		bench_stream(&o, host, &res.stream);
 	if (ran & BENCH_RTT)
 		measure_rtt(&o, host, &res);
 	if (ran & BENCH_BUSY)

@@ -17,7 +17,7 @@
 /* --only's sections (all when none is named) */
 enum {
 	BENCH_TPUT = 1 << 0, BENCH_RTT = 1 << 1, BENCH_BUSY = 1 << 2, BENCH_CONN = 1 << 3,
-	BENCH_EXT = 1 << 4, BENCH_SCALE = 1 << 5,
+	BENCH_EXT = 1 << 4, BENCH_SCALE = 1 << 5, BENCH_STREAM = 1 << 6,
 };
 
 struct bench_opts {
@@ -68,6 +68,17 @@ void bench_iperf3(const char *self, int rounds, int secs, double out[2]);
 
 /* ucx_perftest over shared memory: tag_bw at 1 MiB (MB/s), tag_lat at 64 B (us one way). */
 void bench_ucx(int rounds, double *bw_mbs, double *lat_us);
+
+/* ---- one 1 MiB stream, reused buffer and cold source (bench_stream.c) ---- */
+
+struct bench_stream_res {
+	double mbs[2][2];       /* [reused buffer, 256 MiB source][plain, wsd] MB/s */
+	double memcpy[2];       /* one core's memcpy of the same: [hot, cold] MB/s */
+	int off_path;           /* wsd runs whose connection took another path */
+};
+
+/* Measure and print the section. */
+void bench_stream(const struct bench_opts *o, const char *host, struct bench_stream_res *res);
 
 /* ---- many connections (bench_scale.c) ---- */
 

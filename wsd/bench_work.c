@@ -7,8 +7,15 @@
  * connections moved (its own statistics file).  A server prints "port N"
  * once it listens, and each worker prints one result line before it exits.
  *
- *   tput-srv HOST STREAMS CPU              count what STREAMS connections send
- *   tput-cli HOST PORT SIZE STREAMS WARM_MS RUN_MS CPU
+ *   tput-srv HOST STREAMS CPU [cold]       count what STREAMS connections send
+ *   tput-cli HOST PORT SIZE STREAMS WARM_MS RUN_MS CPU [cold]
+ *
+ * tput-cli sends SIZE bytes at a time from one buffer it reuses, and
+ * tput-srv receives into a 4 MiB buffer it never reads: UCX's tag_bw
+ * measures the same way.  With cold, the client walks a 256 MiB source in
+ * order instead (SIZE must divide it) and the server receives into a 1 MiB
+ * buffer and reads every byte it gets, as a program that uses its data
+ * does; both print the 64-bit sum of the stream's words, which must agree.
  *   lat-srv  HOST SIZE CPU                 echo SIZE-byte messages
  *   lat-cli  HOST PORT SIZE COUNT CPU      round trips, p50, p99 and mean
  *   conn-srv HOST COUNT                    answer COUNT short connections (0: until BYE)
@@ -184,42 +191,121 @@ struct stream {
 	int fd;
 	const char *path;               /* at the end of the measured part */
 	size_t size;
+	bool cold;                      /* the 256 MiB source, every byte read */
 	double warm, run;               /* seconds */
 	unsigned long long bytes;       /* received, or sent in the measured part */
 	double secs;
+	uint64_t sum;                   /* cold: of the stream's 64-bit words */
 };
+
+/* The sum of n bytes' 64-bit words, n a multiple of 8. */
+static uint64_t word_sum(const void *p, size_t n)
+{
+	const uint64_t *w = p;
+	uint64_t a = 0, b = 0, c = 0, d = 0;
+	size_t i = 0;
+
+	for (; i + 4 <= n / 8; i += 4) {
+		a += w[i];
+		b += w[i + 1];
+		c += w[i + 2];
+		d += w[i + 3];
+	}
+	for (; i < n / 8; i++)
+		a += w[i];
+	return a + b + c + d;
+}
+
+/* Cold: add n received bytes to the sum, a word split between receives carried over. */
+static void sum_received(struct stream *s, const uint8_t *p, size_t n, uint8_t carry[8],
+			 size_t *held)
+{
+	uint64_t w;
+
+	while (*held && n) {
+		carry[(*held)++] = *p++;
+		n--;
+		if (*held == 8) {
+			memcpy(&w, carry, 8);
+			s->sum += w;
+			*held = 0;
+		}
+	}
+	s->sum += word_sum(p, n & ~(size_t)7);
+	memcpy(carry, p + (n & ~(size_t)7), n & 7);
+	*held = n & 7;
+}
 
 static void *drain_stream(void *arg)
 {
 	struct stream *s = arg;
-	size_t cap = 4u << 20;
+	size_t cap = s->cold ? 1u << 20 : 4u << 20, held = 0;
 	char *buf = malloc(cap);
+	uint8_t carry[8];
 	ssize_t n;
 
 	if (!buf)
 		bench_fail("memory");
-	while ((n = recv(s->fd, buf, cap, 0)) > 0 || (n < 0 && errno == EINTR))
-		if (n > 0)
-			s->bytes += (unsigned long long)n;
+	while ((n = recv(s->fd, buf, cap, 0)) > 0 || (n < 0 && errno == EINTR)) {
+		if (n <= 0)
+			continue;
+		s->bytes += (unsigned long long)n;
+		if (s->cold)
+			sum_received(s, (const uint8_t *)buf, (size_t)n, carry, &held);
+	}
 	free(buf);
 	return NULL;
+}
+
+#define COLD_SOURCE (256u << 20)
+
+/*
+ * Cold: the 256 MiB source, its words all different, and the sum of each
+ * SIZE-byte message of it (sums[COLD_SOURCE / size]).
+ */
+static uint8_t *cold_source(size_t size, uint64_t **sums)
+{
+	uint8_t *src = mmap(NULL, COLD_SOURCE, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	if (src == MAP_FAILED || !size || size % 8 || COLD_SOURCE % size ||
+	    !(*sums = malloc(COLD_SOURCE / size * sizeof(**sums))))
+		bench_fail("cold source");
+	for (size_t i = 0; i < COLD_SOURCE / 8; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		((uint64_t *)src)[i] = x;
+	}
+	for (size_t i = 0; i < COLD_SOURCE / size; i++)
+		(*sums)[i] = word_sum(src + i * size, size);
+	return src;
 }
 
 static void *fill_stream(void *arg)
 {
 	struct stream *s = arg;
-	char *buf = malloc(s->size);
+	uint64_t *sums = NULL;
+	uint8_t *src = s->cold ? cold_source(s->size, &sums) : malloc(s->size), *buf = src;
 	double t0 = bench_now(), start = 0, t;
+	size_t at = 0;
 
 	if (!buf)
 		bench_fail("memory");
-	memset(buf, 0x5a, s->size);
+	if (!s->cold)
+		memset(buf, 0x5a, s->size);
 	for (;;) {
 		t = bench_now();
 		if (!start && warm_enough(s->fd, t0, s->warm))
 			start = bench_now();
 		if (start && t - start >= s->run)
 			break;
+		if (s->cold) {
+			buf = src + at;
+			s->sum += sums[at / s->size];
+			at = (at + s->size) % COLD_SOURCE;
+		}
 		if (bench_full(s->fd, buf, s->size, true))
 			bench_fail("send");
 		if (start)
@@ -228,9 +314,14 @@ static void *fill_stream(void *arg)
 	s->secs = t - start;
 	s->path = bench_path_of(s->fd);
 	shutdown(s->fd, SHUT_WR);
-	while (recv(s->fd, buf, s->size, 0) > 0)
+	while (recv(s->fd, src, s->size, 0) > 0)
 		;
-	free(buf);
+	if (s->cold) {
+		munmap(src, COLD_SOURCE);
+		free(sums);
+	} else {
+		free(src);
+	}
 	return NULL;
 }
 
@@ -240,9 +331,12 @@ static int tput(bool server, char **a, int n)
 	struct stream s[16] = { 0 };
 	unsigned long long bytes = 0;
 	double secs = 0;
+	uint64_t sum = 0;
+	bool cold;
 
 	if (streams < 1 || streams > 16 || n < (server ? 3 : 7))
 		return 2;
+	cold = n > (server ? 3 : 7) && !strcmp(a[server ? 3 : 7], "cold");
 	pin(atoi(a[server ? 2 : 6]));
 	if (server)
 		lfd = bench_listen_on(a[0], 1024);
@@ -256,6 +350,7 @@ static int tput(bool server, char **a, int n)
 			s[i].warm = atoi(a[4]) / 1e3;
 			s[i].run = atoi(a[5]) / 1e3;
 		}
+		s[i].cold = cold;
 		if (pthread_create(&s[i].th, NULL, server ? drain_stream : fill_stream, &s[i]))
 			bench_fail("thread");
 	}
@@ -263,10 +358,13 @@ static int tput(bool server, char **a, int n)
 		pthread_join(s[i].th, NULL);
 		bytes += s[i].bytes;
 		secs = s[i].secs > secs ? s[i].secs : secs;
+		sum += s[i].sum;
 		close(s[i].fd);
 	}
-	printf("bytes %llu secs %.6f cpu_us %llu path %s\n", bytes, secs, cpu_us(),
-	       server ? "-" : s[0].path);
+	printf("bytes %llu secs %.6f cpu_us %llu", bytes, secs, cpu_us());
+	if (cold)
+		printf(" sum %016llx", (unsigned long long)sum);
+	printf(" path %s\n", server ? "-" : s[0].path);
 	return 0;
 }
 
