@@ -81,6 +81,47 @@ void consume(struct wsd_sock *s, const struct wire_rec *r)
 /* ---- receive ----------------------------------------------------------------- */
 
 /*
+ * rx_lock held: a SPLIT record r answers our offer in two parts (zc.c):
+ * read ours into the buffer past the part the sender writes, and say it is
+ * read.  The bytes count once the sender's WZC says its part is there.
+ * 0, or -errno (-EPROTO with *why: the peer broke the format).
+ */
+static int rx_split(struct wsd_sock *s, const struct wire_rec *r, struct cursor *c, bool peek,
+		    const char **why)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t room = ss->post_len < cur_left(c) ? ss->post_len : cur_left(c);
+	struct wsd_split sp;
+	struct cursor k;
+	int take, e;
+
+	if (peek)
+		return -EAGAIN;      /* the offer's owner takes it: nothing to look at yet */
+	memcpy(&sp, r->payload, sizeof(sp));
+	if (wsd_wire_split_check(&sp, ss->post_gen, ss->post_active && !ss->post_split, room,
+				 &take, why))
+		return -EPROTO;
+	consume(s, r);
+	if (take) {
+		k = *c;
+		cur_skip(&k, (size_t)sp.wlen);
+		e = zc_read(s, &sp.zc, 0, &k, (size_t)sp.zc.len);
+		if (e < 0)
+			return e;
+		if ((uint64_t)e != sp.zc.len) {
+			*why = "SPLIT: its part did not fit the offered buffer";
+			return -EPROTO;
+		}
+		ss->post_split = sp.zc.len;
+		ss->post_split_wlen = sp.wlen;
+	}
+	/* read, or an offer let go whose parts nobody takes: the sender may go on */
+	ss->zc_finished++;
+	put_word(ss, W_RX, CW_ZC_DONE, ss->zc_finished);
+	return 0;
+}
+
+/*
  * rx_lock held, rx in ring mode: copy what the ring holds.  Bytes, 0 at the
  * end of the stream, -EAGAIN when empty, or -errno.
  */
@@ -129,12 +170,27 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 				consume(s, &r);
 			if (!ss->post_active || w.gen != ss->post_gen)
 				continue;   /* the answer to an offer already let go */
+			if (ss->post_split && got != ss->post_split_wlen) {
+				why = "WZC: not the bytes its SPLIT said";
+				goto bad;
+			}
 			/* the sender wrote got bytes at the cursor: nothing came before them */
-			n = (size_t)got;
+			n = (size_t)(got + ss->post_split);
+			ss->post_split = 0;
 			post_release(ss);
 			cur_skip(c, n);
 			wsd_stat_add(s->stat, &s->stat->zcopy_rx, n);
 			done += n;
+			continue;
+		}
+		if (r.type == REC_SPLIT) {
+			k = rx_split(s, &r, c, peek, &why);
+			if (k < 0) {
+				if (k == -EPROTO)
+					goto bad;
+				return done ? (ssize_t)done : k;
+			}
+			pos = r.next;
 			continue;
 		}
 		if (r.type == REC_ZC) {

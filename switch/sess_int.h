@@ -129,7 +129,10 @@ ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags);
 void post_offer(struct wsd_sock *s, struct cursor *c);
 void post_release(struct wsd_session *ss);
 int post_withdraw(struct wsd_sock *s, bool check_claim);
-ssize_t send_posted(struct wsd_sock *s, struct cursor *c);
+ssize_t send_posted(struct wsd_sock *s, struct cursor *c, bool split);
+bool zc_linger(struct wsd_sock *s);
+bool zc_split_wanted(struct wsd_session *ss, size_t len);
+void zc_split_learn(struct wsd_session *ss, bool split, size_t len, int64_t ns);
 int zc_read(struct wsd_sock *s, struct wsd_zc *z, uint32_t at, struct cursor *c,
 	    size_t n);
 uint32_t zc_threshold(struct wsd_session *ss, bool as_receiver);

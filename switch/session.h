@@ -98,8 +98,18 @@ struct wsd_session {
 	uint64_t post_len;
 	uint8_t post_desc[WSP_RDMA_DESCRIPTOR_SIZE];
 	uint32_t post_dlen;
+	uint64_t post_split;         /* the offer's bytes a SPLIT had us read (past its wlen) */
+	uint64_t post_split_wlen;    /* and the bytes it said the peer writes before them */
 	/* the peer's offers we answered (tx_lock) */
 	uint64_t post_answered;
+	/*
+	 * Large blocking sends on shm (tx_lock): what each way cost, in ns
+	 * per MiB averaged (split: waiting for an offer and moving the bytes
+	 * in two parts; ring: copying them through the ring; 0 not yet
+	 * known), and how many there were (zc_split_wanted).
+	 */
+	uint32_t cost_split, cost_ring;
+	uint64_t big_sends;
 	/* a wait for room both ends share, seen from poll (tx_lock) */
 	int64_t stall_since;
 	uint64_t stall_rx, stall_c;

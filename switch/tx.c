@@ -339,6 +339,8 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 {
 	struct wsd_session *ss = s->sess;
 	size_t want = cur_left(c), done = 0;
+	int64_t t0 = 0;
+	bool split, zc_part = false;
 	int r = 0;
 
 	if (s->tx_shut)
@@ -367,13 +369,25 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		}
 		return epipe(flags);
 	}
+	/*
+	 * A large blocking send on shm: when moving it in two parts at once
+	 * has been the faster way, wait briefly for the receiver's offer.
+	 */
+	split = !nonblock && zc_split_wanted(ss, want);
+	if (split || (!nonblock && ss->peer_map && want >= (128u << 10)))
+		t0 = wsd_now_ns();
+	if (split && !zc_linger(s))
+		zc_split_learn(ss, true, 1, INT64_MAX);   /* no offer came: the ring, for now */
 	/* the receiver offered its buffer: write straight into it */
 	if (want >= 16384) {
-		ssize_t k = send_posted(s, c);
+		ssize_t k = send_posted(s, c, !nonblock && ss->peer_map);
 
 		if (k < 0)
 			return k;
 		done = (size_t)k;
+		zc_part = k > 0;
+		if (t0 && done == want)
+			zc_split_learn(ss, true, done, wsd_now_ns() - t0);
 		if (done == want)
 			return (ssize_t)done;
 	}
@@ -421,6 +435,8 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		wsd_stat_add(s->stat, &s->stat->copy_tx, len);
 		ring_data(s);
 	}
+	if (t0 && done == want && !zc_part)
+		zc_split_learn(ss, false, done, wsd_now_ns() - t0);
 	if (done || r == 1)
 		return (ssize_t)done;
 	if (r == -EAGAIN) {

@@ -200,6 +200,10 @@ int wsd_wire_rec_check(uint32_t len, uint32_t type, uint64_t off, uint32_t ring_
 		if (len != sizeof(struct wsd_wzc))
 			return bad(why, "record: WZC length");
 		break;
+	case REC_SPLIT:
+		if (len != sizeof(struct wsd_split))
+			return bad(why, "record: SPLIT length");
+		break;
 	default:
 		return bad(why, "record: unknown type");
 	}
@@ -303,6 +307,24 @@ int wsd_wire_wzc_check(const struct wsd_wzc *w, uint64_t post_gen, bool open, ui
 	if (w->len > room)
 		return bad(why, "WZC: more bytes than the offered buffer");
 	*deliver = w->len;
+	return 0;
+}
+
+int wsd_wire_split_check(const struct wsd_split *sp, uint64_t post_gen, bool open, uint64_t room,
+			 int *take, const char **why)
+{
+	*take = 0;
+	if (!sp->gen || sp->gen > post_gen)
+		return bad(why, "SPLIT: answers an offer never made");
+	if (wsd_wire_zc_check(&sp->zc, why))
+		return -EPROTO;
+	if (!sp->wlen || sp->wlen > WIRE_ZC_MAX)
+		return bad(why, "SPLIT: length written");
+	if (!open || sp->gen != post_gen)
+		return 0;            /* an offer already let go */
+	if (sp->wlen > room || sp->zc.len > room - sp->wlen)
+		return bad(why, "SPLIT: more bytes than the offered buffer");
+	*take = 1;
 	return 0;
 }
 

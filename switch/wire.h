@@ -25,7 +25,7 @@
 #include "switch/stat.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 11u
+#define WSD_PROTO_VERSION 12u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
 /*
  * The one refusal that carries a field: "moved", the process that holds
@@ -160,7 +160,7 @@ _Static_assert(offsetof(struct wsd_ctl, w[CW_BELLS]) == 192, "the bells word");
 _Static_assert(offsetof(struct wsd_ctl, post) == 208, "the offer block");
 
 enum { REC_DATA = 1, REC_ZC = 2, REC_SWITCH = 3, REC_FIN = 4, REC_PAD = 5, REC_BACK = 6,
-       REC_WZC = 7 };
+       REC_WZC = 7, REC_SPLIT = 8 };
 
 /* REC_WZC's payload: the offer it answers, and the bytes written into it (0: declined). */
 struct wsd_wzc {
@@ -177,6 +177,18 @@ struct wsd_rec {
 struct wsd_zc {
 	uint64_t len;
 	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
+};
+
+/*
+ * REC_SPLIT's payload: an answer to the offer gen in two parts moved at
+ * once.  The sender writes the first wlen bytes into the offered buffer
+ * (its REC_WZC for gen, of wlen bytes, says they are there) while the
+ * receiver reads the next zc.len bytes from zc.desc into the buffer at
+ * wlen, counting it in CW_ZC_DONE like a ZC record.
+ */
+struct wsd_split {
+	uint64_t gen, wlen;
+	struct wsd_zc zc;
 };
 
 #define REC_HDR 16u
@@ -299,6 +311,13 @@ int wsd_wire_back_check(uint64_t bells, uint64_t word, uint64_t bells_read, cons
 /* An offer (CW_POST's block) of generation gen, for a sender at tx_pos. */
 int wsd_wire_post_check(const struct wsd_post *p, uint64_t gen, uint64_t tx_pos,
 			const char **why);
+/*
+ * SPLIT: an answer to one of our offers (the last is post_gen) in two
+ * parts.  *take: 1 when it answers the offer still open (of room bytes at
+ * most), else 0 (an offer let go: its parts are not ours to take).
+ */
+int wsd_wire_split_check(const struct wsd_split *sp, uint64_t post_gen, bool open, uint64_t room,
+			 int *take, const char **why);
 
 /*
  * A control word's new value v, after last (the value taken before): the

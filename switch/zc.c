@@ -69,6 +69,7 @@ void post_release(struct wsd_session *ss)
 	int err;
 
 	ss->post_active = false;
+	ss->post_split = 0;
 	wsd_spi()->lpWSPDeregisterRdmaMemory(ss->ws, ss->post_desc, ss->post_dlen, &err);
 }
 
@@ -90,12 +91,123 @@ int post_withdraw(struct wsd_sock *s, bool check_claim)
 	return 0;
 }
 
+/* A blocking send splits an offer of at least this many bytes (shm). */
+#define SPLIT_MIN (128u << 10)
+/* On shm, by default, a receive offers a buffer of at least this many bytes. */
+#define SHM_OFFER_MIN (256u << 10)
+
+/*
+ * tx_lock held, an offer of gen claimed and not withdrawn: move w->len
+ * bytes from buf into it in two parts at once, the first half written by
+ * us while the receiver reads the rest from our buffer (REC_SPLIT), then
+ * our WZC for the first half, then wait until the receiver has read its
+ * part.  1 done, 0 when it could not start (w->len goes as one part), or
+ * -errno (the connection is broken).
+ */
+static int send_split(struct wsd_sock *s, const struct wsd_post *p, struct wsd_wzc *w,
+		      uint8_t *buf)
+{
+	struct wsd_session *ss = s->sess;
+	WSPPROC_TABLE *t = wsd_spi();
+	struct wsd_split sp = { .gen = w->gen, .wlen = (w->len / 2) & ~(uint64_t)4095 };
+	uint32_t dlen = sizeof(sp.zc.desc);
+	WSABUFEX b = { .buf = (char *)buf, .len = (uint32_t)sp.wlen };
+	int err, r;
+
+	sp.zc.len = w->len - sp.wlen;
+	/* both records fit now: the receiver waits for the second */
+	if (!fits(ss, 2 * sizeof(sp), false) ||
+	    t->lpWSPRegisterRdmaMemory(ss->ws, buf + sp.wlen, (uint32_t)sp.zc.len, MEM_READ,
+				       sp.zc.desc, &dlen, &err))
+		return 0;
+	b.handle = t->lpWSPRegisterMemory(ss->ws, b.buf, b.len, MEM_READ, &err);
+	if (!b.handle) {
+		t->lpWSPDeregisterRdmaMemory(ss->ws, sp.zc.desc, dlen, &err);
+		return 0;
+	}
+	r = write_record(s, REC_SPLIT, NULL, sizeof(sp), &sp);
+	if (!r) {
+		ss->zc_sent++;
+		ring_data(s);
+		r = rdma_put(ss, p->desc, &b, 1, 0);
+		if (r)
+			r = broken(s, r);
+	}
+	t->lpWSPDeregisterMemory(ss->ws, b.handle, &err);
+	if (!r) {
+		w->len = sp.wlen;
+		r = write_record(s, REC_WZC, NULL, sizeof(*w), w);
+	}
+	if (!r) {
+		ring_data(s);
+		r = wait_room(s, 0, false, true);   /* until our buffer is read */
+	}
+	t->lpWSPDeregisterRdmaMemory(ss->ws, sp.zc.desc, dlen, &err);
+	return r ? r : 1;
+}
+
+/* How long a large blocking send waits for the receiver's offer. */
+#define LINGER_NS 100000
+
+/*
+ * tx_lock held, a blocking send of len >= SPLIT_MIN on shm: wait briefly
+ * for the receiver to offer its buffer (zc_split_wanted said it pays).
+ */
+bool zc_linger(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t end = wsd_spin_until(LINGER_NS);
+
+	while (ctl_get(ss, CW_POST) <= ss->post_answered)
+		if (!end || !wsd_spin_burst(end))
+			return false;
+	return true;
+}
+
+/*
+ * tx_lock held: a blocking send of len bytes on shm: is it worth waiting
+ * for an offer to move it in two parts (send_split) rather than copying it
+ * through the ring?  Whichever was faster on this connection, each tried
+ * again now and then: which wins depends on the machine and on whether
+ * the sender's data is in its caches (wsd-protocol(7), Zero copy).
+ */
+bool zc_split_wanted(struct wsd_session *ss, size_t len)
+{
+	if (!ss->peer_map || len < SPLIT_MIN || len > WIRE_ZC_MAX)
+		return false;
+	ss->big_sends++;
+	if (!ss->cost_split || !ss->cost_ring)
+		return !ss->cost_split;
+	return ss->cost_split <= ss->cost_ring || ss->big_sends % 64 == 0;
+}
+
+/*
+ * tx_lock held: a large blocking send on shm moved len bytes in ns, split
+ * or by ring: average its cost per MiB (time per byte, not bytes per time,
+ * so that a send the ring took at once and one that waited for room weigh
+ * as they do in the stream's rate).
+ */
+void zc_split_learn(struct wsd_session *ss, bool split, size_t len, int64_t ns)
+{
+	uint32_t *c = split ? &ss->cost_split : &ss->cost_ring;
+	uint64_t v = UINT32_MAX / 4;
+
+	if (ns >= 0 && len && (uint64_t)ns < (UINT64_MAX >> 21) / 2)
+		v = ((uint64_t)ns << 20) / len;
+	if (v < 1)
+		v = 1;
+	if (v > UINT32_MAX / 4)
+		v = UINT32_MAX / 4;
+	*c = *c ? (uint32_t)((3 * (uint64_t)*c + v) / 4) : (uint32_t)v;
+}
+
 /*
  * tx_lock held: the peer offered a buffer and we wrote nothing since: put
- * up to its length of c there.  Bytes sent, 0 when the offer is not ours
- * to use, or -errno (the connection is broken).
+ * up to its length of c there, in two parts at once when split (a
+ * blocking send on shm: the receiver copies half).  Bytes sent, 0 when the
+ * offer is not ours to use, or -errno (the connection is broken).
  */
-ssize_t send_posted(struct wsd_sock *s, struct cursor *c)
+ssize_t send_posted(struct wsd_sock *s, struct cursor *c, bool split)
 {
 	struct wsd_session *ss = s->sess;
 	WSPPROC_TABLE *t = wsd_spi();
@@ -123,15 +235,27 @@ ssize_t send_posted(struct wsd_sock *s, struct cursor *c)
 	w.len = c->iov[c->i].iov_len - c->off;
 	if (w.len > p.len)
 		w.len = p.len;
-	if (ctl_get(ss, CW_POST_CANCEL) >= gen) {
+	b.buf = (char *)c->iov[c->i].iov_base + c->off;
+	if (ctl_get(ss, CW_POST_CANCEL) >= gen)
 		w.len = 0;  /* withdrawn, but the peer may have seen our claim: answer */
-	} else {
-		b.buf = (char *)c->iov[c->i].iov_base + c->off;
+	if (split && w.len >= SPLIT_MIN) {
+		uint64_t all = w.len;
+
+		r = send_split(s, &p, &w, (uint8_t *)b.buf);
+		if (r < 0)
+			return r;
+		if (r > 0) {
+			cur_skip(c, (size_t)all);
+			wsd_stat_add(s->stat, &s->stat->zcopy_tx, all);
+			return (ssize_t)all;
+		}
+	}
+	if (w.len) {
 		b.len = (uint32_t)w.len;
 		b.handle = t->lpWSPRegisterMemory(ss->ws, b.buf, b.len, MEM_READ, &err);
-		if (!b.handle)
+		if (!b.handle) {
 			w.len = 0;
-		else {
+		} else {
 			r = rdma_put(ss, p.desc, &b, 1, 0);
 			t->lpWSPDeregisterMemory(ss->ws, b.handle, &err);
 			if (r)
@@ -193,16 +317,18 @@ out:
 }
 
 /*
- * The zero-copy threshold for this session: by default none where the
- * sender stores into a mapped ring (our own sends: we mapped the peer's
- * region; an offer for the peer's: it mapped ours).
+ * The zero-copy threshold for this session.  By default, where the sender
+ * stores into a mapped ring (shm: our own sends, we mapped the peer's
+ * region; an offer for the peer's, it mapped ours), no read-based zero
+ * copy, and offers of 256 KiB and more, which a blocking sender answers in
+ * two parts when that has been faster than the ring (zc_split_wanted).
  */
 uint32_t zc_threshold(struct wsd_session *ss, bool as_receiver)
 {
 	const struct wsd_switch_params *p = wsd_switch_params();
 
 	if (p->zcopy_by_path && (as_receiver ? ctl_get(ss, CW_MAPPED) == 1 : ss->peer_map != NULL))
-		return UINT32_MAX;
+		return as_receiver ? 4 * SHM_OFFER_MIN : UINT32_MAX;
 	return p->zcopy_threshold;
 }
 

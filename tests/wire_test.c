@@ -338,9 +338,11 @@ START_TEST(rec_header_bounds)
 	BROKEN(wsd_wire_rec_check(1, REC_FIN, 0, ring, &why), "FIN");
 	VALID(wsd_wire_rec_check(16, REC_WZC, 0, ring, &why));
 	BROKEN(wsd_wire_rec_check(8, REC_WZC, 0, ring, &why), "WZC");
+	VALID(wsd_wire_rec_check(sizeof(struct wsd_split), REC_SPLIT, 0, ring, &why));
+	BROKEN(wsd_wire_rec_check(sizeof(struct wsd_zc), REC_SPLIT, 0, ring, &why), "SPLIT");
 	/* types */
 	BROKEN(wsd_wire_rec_check(0, 0, 0, ring, &why), "type");
-	BROKEN(wsd_wire_rec_check(8, 8, 0, ring, &why), "type");
+	BROKEN(wsd_wire_rec_check(8, 9, 0, ring, &why), "type");
 	BROKEN(wsd_wire_rec_check(8, 0xffffffffu, 0, ring, &why), "type");
 	/* PAD: a nonzero multiple of 16 reaching exactly the ring's end */
 	VALID(wsd_wire_rec_check(16, REC_PAD, ring - 16, ring, &why));
@@ -540,6 +542,35 @@ START_TEST(payload_checks)
 	BROKEN(wsd_wire_wzc_check(&w, 2, true, 99, &got, &why), "never");
 	w.gen = 0;
 	BROKEN(wsd_wire_wzc_check(&w, 2, true, 99, &got, &why), "never");
+	/* SPLIT: the open offer, both parts inside its buffer */
+	{
+		struct wsd_split sp = { .gen = 3, .wlen = 60, .zc = { .len = 40 } };
+		int take;
+
+		VALID(wsd_wire_split_check(&sp, 3, true, 100, &take, &why));
+		ck_assert_int_eq(take, 1);
+		BROKEN(wsd_wire_split_check(&sp, 3, true, 99, &take, &why), "offered");
+		ck_assert_int_eq(take, 0);
+		sp.wlen = UINT64_MAX - 10;    /* no wrap past the room check */
+		BROKEN(wsd_wire_split_check(&sp, 3, true, 100, &take, &why), "written");
+		sp.wlen = 60;
+		sp.zc.len = UINT64_MAX - 30;
+		BROKEN(wsd_wire_split_check(&sp, 3, true, 100, &take, &why), "ZC");
+		sp.zc.len = 0;
+		BROKEN(wsd_wire_split_check(&sp, 3, true, 100, &take, &why), "ZC");
+		sp.zc.len = 40;
+		sp.wlen = 0;
+		BROKEN(wsd_wire_split_check(&sp, 3, true, 100, &take, &why), "written");
+		sp.wlen = 60;
+		/* an offer let go: acknowledged, not taken */
+		VALID(wsd_wire_split_check(&sp, 3, false, 100, &take, &why));
+		ck_assert_int_eq(take, 0);
+		VALID(wsd_wire_split_check(&sp, 4, true, 100, &take, &why));
+		ck_assert_int_eq(take, 0);
+		BROKEN(wsd_wire_split_check(&sp, 2, true, 100, &take, &why), "never");
+		sp.gen = 0;
+		BROKEN(wsd_wire_split_check(&sp, 2, true, 100, &take, &why), "never");
+	}
 	/* BACK */
 	VALID(wsd_wire_back_check(5, 6, 5, &why));
 	VALID(wsd_wire_back_check(0, 1, 0, &why));

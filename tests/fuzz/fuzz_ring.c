@@ -82,6 +82,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (!wsd_wire_wzc_check(&w, 5, true, 4096, &got, &why) && got > 4096)
 				abort();
 			break;
+		case REC_SPLIT: {
+			struct wsd_split sp;
+			int take;
+
+			memcpy(&sp, r.payload, sizeof(sp));
+			if (!wsd_wire_split_check(&sp, 5, true, 4096, &take, &why) && take &&
+			    (sp.wlen > 4096 || sp.zc.len > 4096 - sp.wlen || !sp.zc.len))
+				abort();
+			break;
+		}
 		case REC_SWITCH:
 		case REC_BACK:
 			memcpy(&n, r.payload, sizeof(n));
