@@ -38,8 +38,8 @@ static const struct wsd_param params[] = {
 	  "on verbs, a new connection's first sends wait this long at most for its upgrade's "
 	  "answer, then go by TCP (0: never held)" },
 	{ "WSD_ZCOPY_THRESHOLD", "integer", "-1",
-	  "blocking sends of at least this many bytes go by zero copy (0: never; -1: none "
-	  "where the peer's ring is mapped (shm), else 262144)" },
+	  "blocking sends of at least this many bytes go by zero copy (0: never; -1: on shm "
+	  "receives of 256 KiB offer their buffers, filled in two parts; else 262144)" },
 };
 
 const struct wsd_param *wsd_params(size_t *count)

@@ -178,6 +178,8 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 			n = (size_t)(got + ss->post_split);
 			ss->post_split = 0;
 			post_release(ss);
+			if (n)
+				ss->offer_misses = 0;
 			cur_skip(c, n);
 			wsd_stat_add(s->stat, &s->stat->zcopy_rx, n);
 			done += n;

@@ -100,6 +100,8 @@ struct wsd_session {
 	uint32_t post_dlen;
 	uint64_t post_split;         /* the offer's bytes a SPLIT had us read (past its wlen) */
 	uint64_t post_split_wlen;    /* and the bytes it said the peer writes before them */
+	uint32_t offer_misses;       /* offers in a row let go unused (may_post) */
+	uint64_t offer_chances;      /* receives that might have offered, after those */
 	/* the peer's offers we answered (tx_lock) */
 	uint64_t post_answered;
 	/*

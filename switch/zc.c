@@ -88,6 +88,8 @@ int post_withdraw(struct wsd_sock *s, bool check_claim)
 	if (check_claim && ctl_get(ss, CW_CLAIM) == ss->post_gen)
 		return -EINPROGRESS;
 	post_release(ss);
+	if (ss->offer_misses < UINT32_MAX)
+		ss->offer_misses++;
 	return 0;
 }
 
@@ -332,12 +334,25 @@ uint32_t zc_threshold(struct wsd_session *ss, bool as_receiver)
 	return p->zcopy_threshold;
 }
 
-/* rx_lock held: worth offering the buffer at c to the sender (write-based zero copy)? */
+/*
+ * rx_lock held: worth offering the buffer at c to the sender (write-based
+ * zero copy)?  With the default threshold on shm, where a program may
+ * well receive small messages into a large buffer, an offer costs the
+ * receive a registration: after four offers in a row let go unused, only
+ * one chance in 32 offers, until one is used again.
+ */
 bool may_post(struct wsd_sock *s, const struct cursor *c, int flags)
 {
-	return !(flags & MSG_PEEK) && s->sess && s->rx_mode == DIR_RING && !s->rx_back &&
-	       !s->pre && !s->sess->post_active && c->i < c->n &&
-	       c->iov[c->i].iov_len - c->off >= zc_threshold(s->sess, true) / 4;
+	struct wsd_session *ss = s->sess;
+
+	if ((flags & MSG_PEEK) || !ss || s->rx_mode != DIR_RING || s->rx_back || s->pre ||
+	    ss->post_active || c->i >= c->n ||
+	    c->iov[c->i].iov_len - c->off < zc_threshold(ss, true) / 4)
+		return false;
+	if (!wsd_switch_params()->zcopy_by_path || ctl_get(ss, CW_MAPPED) != 1 ||
+	    ss->offer_misses < 4)
+		return true;
+	return ++ss->offer_chances % 32 == 0;
 }
 
 /*

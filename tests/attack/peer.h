@@ -14,12 +14,13 @@
 #include "wsd/wsp.h"
 
 #define P_MAGIC 0x57534453u
-#define P_VERSION 11
+#define P_VERSION 12
 #define P_TUPLE_MAGIC 0x5754
 #define P_CTL 512u                   /* the control area before the ring */
 
 enum { P_HELLO = 1, P_ACCEPT = 2, P_REFUSE = 3 };
-enum { P_DATA = 1, P_ZC = 2, P_SWITCH = 3, P_FIN = 4, P_PAD = 5, P_BACK = 6, P_WZC = 7 };
+enum { P_DATA = 1, P_ZC = 2, P_SWITCH = 3, P_FIN = 4, P_PAD = 5, P_BACK = 6, P_WZC = 7,
+       P_SPLIT = 8 };
 /* control words, 16 bytes each: value, then ~value */
 enum { W_CONSUMED, W_DATA_ARM, W_SPACE_ARM, W_RX_READY, W_ZC_DONE, W_CLOSED, W_BACK_REQ,
        W_BACK_BELLS, W_POST, W_POST_CANCEL, W_CLAIM, W_MAPPED, W_BELLS };

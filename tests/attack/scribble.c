@@ -340,6 +340,13 @@ static int wzc_unasked(struct conn *c)
 	return put_record(c, 16, P_WZC, w, 16, 48);
 }
 
+static int split_unasked(struct conn *c)
+{
+	uint64_t sp[7] = { 7, 4096, 4096 };   /* an offer it never made; no descriptor */
+
+	return put_record(c, 56, P_SPLIT, sp, 56, 96);
+}
+
 static int back_unannounced(struct conn *c)
 {
 	uint64_t bells = 1000;   /* back_bells never set to 1001 */
@@ -370,6 +377,7 @@ static const struct {
 	{ "a second SWITCH", switch_twice },
 	{ "ZC of 2^40 bytes", zc_huge },
 	{ "WZC answering no offer", wzc_unasked },
+	{ "SPLIT answering no offer", split_unasked },
 	{ "BACK without its count", back_unannounced },
 	{ "closed = 7", closed_bad },
 	{ "consumed beyond what was sent", consumed_ahead },
