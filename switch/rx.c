@@ -203,8 +203,11 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		plen = r.type == REC_ZC ? z.len : r.len;
 		if (wsd_wire_resume_check(r.type, plen, off, &why))
 			goto bad;
-		if (ss->post_active && !peek)
+		if (ss->post_active && !peek) {
 			post_withdraw(s, false);   /* other data came first: the offer is void */
+			if (r.type != REC_DATA || plen < 16384)
+				post_missed(ss);
+		}
 		if (r.type == REC_BACK)
 			break;        /* check_back moves on once its count is there */
 		if (r.type == REC_FIN) {

@@ -129,6 +129,7 @@ ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags);
 void post_offer(struct wsd_sock *s, struct cursor *c);
 void post_release(struct wsd_session *ss);
 int post_withdraw(struct wsd_sock *s, bool check_claim);
+void post_missed(struct wsd_session *ss);
 ssize_t send_posted(struct wsd_sock *s, struct cursor *c, bool split);
 bool zc_linger(struct wsd_sock *s);
 bool zc_split_wanted(struct wsd_session *ss, size_t len);

@@ -88,9 +88,20 @@ int post_withdraw(struct wsd_sock *s, bool check_claim)
 	if (check_claim && ctl_get(ss, CW_CLAIM) == ss->post_gen)
 		return -EINPROGRESS;
 	post_release(ss);
+	return 0;
+}
+
+/*
+ * rx_lock held: our open offer was let go unused, because a small record
+ * came first (small, a program sending small messages: not one that would
+ * have used it) or because the receive left without data: a miss for
+ * may_post.  A large DATA record is a large send the sender put in the
+ * ring instead, which says nothing of the next one.
+ */
+void post_missed(struct wsd_session *ss)
+{
 	if (ss->offer_misses < UINT32_MAX)
 		ss->offer_misses++;
-	return 0;
 }
 
 /* A blocking send splits an offer of at least this many bytes (shm). */
@@ -365,8 +376,12 @@ ssize_t post_settle(struct wsd_sock *s, struct cursor *c, int flags, ssize_t n)
 {
 	struct wsd_session *ss = s->sess;
 
-	if (!ss || !ss->post_active || post_withdraw(s, true) != -EINPROGRESS)
+	if (!ss || !ss->post_active)
 		return n;
+	if (post_withdraw(s, true) != -EINPROGRESS) {
+		post_missed(ss);
+		return n;
+	}
 	for (int64_t end = wsd_now_ms() + 10000; ss->post_active;) {
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };
 		ssize_t k = rx_step(s, c, flags);
