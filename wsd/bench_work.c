@@ -198,21 +198,30 @@ struct stream {
 	uint64_t sum;                   /* cold: of the stream's 64-bit words */
 };
 
+/* One 64-bit word at p, aligned or not (a receive may end anywhere). */
+static inline uint64_t word_at(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
 /* The sum of n bytes' 64-bit words, n a multiple of 8. */
 static uint64_t word_sum(const void *p, size_t n)
 {
-	const uint64_t *w = p;
+	const uint8_t *w = p;
 	uint64_t a = 0, b = 0, c = 0, d = 0;
 	size_t i = 0;
 
-	for (; i + 4 <= n / 8; i += 4) {
-		a += w[i];
-		b += w[i + 1];
-		c += w[i + 2];
-		d += w[i + 3];
+	for (; i + 32 <= n; i += 32) {
+		a += word_at(w + i);
+		b += word_at(w + i + 8);
+		c += word_at(w + i + 16);
+		d += word_at(w + i + 24);
 	}
-	for (; i < n / 8; i++)
-		a += w[i];
+	for (; i + 8 <= n; i += 8)
+		a += word_at(w + i);
 	return a + b + c + d;
 }
 
