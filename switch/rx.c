@@ -205,7 +205,7 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 			goto bad;
 		if (ss->post_active && !peek) {
 			post_withdraw(s, false);   /* other data came first: the offer is void */
-			if (r.type != REC_DATA || plen < 16384)
+			if (r.type != REC_DATA || plen < POST_SEND_MIN)
 				post_missed(ss);
 		}
 		if (r.type == REC_BACK)

@@ -126,13 +126,17 @@ void consume(struct wsd_sock *s, const struct wire_rec *r);
 ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags);
 
 /* zc.c: zero copy */
+/* A send answers the receiver's offer from this many bytes (write-based zero copy). */
+#define POST_SEND_MIN 16384u
+
 void post_offer(struct wsd_sock *s, struct cursor *c);
 void post_release(struct wsd_session *ss);
 int post_withdraw(struct wsd_sock *s, bool check_claim);
 void post_missed(struct wsd_session *ss);
 ssize_t send_posted(struct wsd_sock *s, struct cursor *c, bool split);
 bool zc_linger(struct wsd_sock *s);
-bool zc_split_wanted(struct wsd_session *ss, size_t len);
+bool zc_split_timed(const struct wsd_session *ss, size_t len);
+bool zc_split_wanted(struct wsd_session *ss);
 void zc_split_learn(struct wsd_session *ss, bool split, size_t len, int64_t ns);
 int zc_read(struct wsd_sock *s, struct wsd_zc *z, uint32_t at, struct cursor *c,
 	    size_t n);

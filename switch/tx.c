@@ -373,13 +373,15 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	 * A large blocking send on shm: when moving it in two parts at once
 	 * has been the faster way, wait briefly for the receiver's offer.
 	 */
-	split = !nonblock && zc_split_wanted(ss, want);
-	if (split || (!nonblock && ss->peer_map && want >= (128u << 10)))
+	split = !nonblock && zc_split_timed(ss, want);
+	if (split) {
 		t0 = wsd_now_ns();
+		split = zc_split_wanted(ss);
+	}
 	if (split && !zc_linger(s))
 		zc_split_learn(ss, true, 1, INT64_MAX);   /* no offer came: the ring, for now */
 	/* the receiver offered its buffer: write straight into it */
-	if (want >= 16384) {
+	if (want >= POST_SEND_MIN) {
 		ssize_t k = send_posted(s, c, !nonblock && ss->peer_map);
 
 		if (k < 0)

@@ -177,17 +177,21 @@ bool zc_linger(struct wsd_sock *s)
 	return true;
 }
 
+/* A blocking send of len bytes whose cost zc_split_learn keeps: large, on shm. */
+bool zc_split_timed(const struct wsd_session *ss, size_t len)
+{
+	return ss->peer_map && len >= SPLIT_MIN && len <= WIRE_ZC_MAX;
+}
+
 /*
- * tx_lock held: a blocking send of len bytes on shm: is it worth waiting
+ * tx_lock held: a blocking send that zc_split_timed: is it worth waiting
  * for an offer to move it in two parts (send_split) rather than copying it
  * through the ring?  Whichever was faster on this connection, each tried
  * again now and then: which wins depends on the machine and on whether
  * the sender's data is in its caches (wsd-protocol(7), Zero copy).
  */
-bool zc_split_wanted(struct wsd_session *ss, size_t len)
+bool zc_split_wanted(struct wsd_session *ss)
 {
-	if (!ss->peer_map || len < SPLIT_MIN || len > WIRE_ZC_MAX)
-		return false;
 	ss->big_sends++;
 	if (!ss->cost_split || !ss->cost_ring)
 		return !ss->cost_split;

@@ -327,6 +327,18 @@ void pattern(void *buf, size_t len, uint32_t seed, uint64_t offset)
 	}
 }
 
+void expect_pattern(const void *buf, size_t len, uint32_t seed, uint64_t offset, const char *what)
+{
+	uint8_t *want = malloc(len);
+
+	if (!want)
+		die("no memory");
+	pattern(want, len, seed, offset);
+	if (memcmp(buf, want, len))
+		die("%s: the data arrived changed (offset %llu)", what, (unsigned long long)offset);
+	free(want);
+}
+
 uint64_t csum(uint64_t h, const void *buf, size_t len)
 {
 	const unsigned char *p = buf;

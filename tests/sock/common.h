@@ -271,6 +271,8 @@ void echo_end(struct echo *e);
 
 /* Bytes that depend on the seed and the stream offset (catches reordering). */
 void pattern(void *buf, size_t len, uint32_t seed, uint64_t offset);
+/* buf holds pattern(len, seed, offset), or die naming what and the offset. */
+void expect_pattern(const void *buf, size_t len, uint32_t seed, uint64_t offset, const char *what);
 /* FNV-1a 64, continued from h (start with CSUM_INIT). */
 #define CSUM_INIT 0xcbf29ce484222325ull
 uint64_t csum(uint64_t h, const void *buf, size_t len);

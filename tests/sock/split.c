@@ -26,17 +26,6 @@
 
 static int port;
 
-static void check(const uint8_t *buf, size_t len, uint32_t seed, uint64_t at, const char *what)
-{
-	uint8_t *want = malloc(len);
-
-	if (!want)
-		die("no memory");
-	pattern(want, len, seed, at);
-	if (memcmp(buf, want, len))
-		die("%s: the data arrived changed (offset %llu)", what, (unsigned long long)at);
-	free(want);
-}
 
 static void client(struct peer *self, void *arg)
 {
@@ -58,7 +47,7 @@ static void client(struct peer *self, void *arg)
 		pattern(buf, MB, 100 + i, 0);
 		send_all(fd, buf, MB);
 		recv_all(fd, buf, MB);
-		check(buf, MB, 200 + i, 0, "a response");
+		expect_pattern(buf, MB, 200 + i, 0, "a response");
 	}
 	say("%d calls of 1 MiB each way: ok", CALLS);
 	EXPECT(0, "close", close(fd));
@@ -82,7 +71,7 @@ int main(int argc, char **argv)
 	say("-- a 48 MiB stream in blocking sends of 1 MiB, received 1 MiB at a time");
 	for (uint64_t at = 0; at < STREAM; at += MB) {
 		recv_all(fd, buf, MB);
-		check(buf, MB, 7, at % SOURCE, "the stream");
+		expect_pattern(buf, MB, 7, at % SOURCE, "the stream");
 	}
 	say("every byte: ok");
 	say("-- again, received 96 KiB at a time");
@@ -94,7 +83,7 @@ int main(int argc, char **argv)
 		if (in + n > SOURCE)
 			n = SOURCE - in;
 		recv_all(fd, buf, n);
-		check(buf, n, 7, in, "the stream");
+		expect_pattern(buf, n, 7, in, "the stream");
 		at += n;
 	}
 	say("every byte: ok");
@@ -102,7 +91,7 @@ int main(int argc, char **argv)
 	say("-- requests and responses of 1 MiB");
 	for (int i = 0; i < CALLS; i++) {
 		recv_all(fd, buf, MB);
-		check(buf, MB, 100 + i, 0, "a request");
+		expect_pattern(buf, MB, 100 + i, 0, "a request");
 		pattern(buf, MB, 200 + i, 0);
 		send_all(fd, buf, MB);
 	}

@@ -26,17 +26,6 @@
 
 static int port;
 
-static void check(const uint8_t *buf, size_t len, uint32_t seed, const char *what)
-{
-	uint8_t *want = malloc(len);
-
-	if (!want)
-		die("no memory");
-	pattern(want, len, seed, 0);
-	if (memcmp(buf, want, len))
-		die("%s: the data arrived changed", what);
-	free(want);
-}
 
 /* Non-blocking: send all of buf, waiting in poll for POLLOUT only. */
 static void send_polling(int fd, const uint8_t *buf, size_t len)
@@ -74,7 +63,7 @@ static void client(struct peer *self, void *arg)
 		pattern(buf, MB, 100 + i, 0);
 		send_all(fd, buf, MB);
 		recv_all(fd, buf, MB);
-		check(buf, MB, 200 + i, "a response");
+		expect_pattern(buf, MB, 200 + i, 0, "a response");
 	}
 	say("%d calls of 1 MiB each way: ok", CALLS);
 	for (int step = 0; step < 2; step++) {
@@ -86,7 +75,7 @@ static void client(struct peer *self, void *arg)
 	pattern(buf, MB, 500, 0);
 	send_all(fd, buf, MB);
 	recv_all(fd, buf, MB);
-	check(buf, MB, 600, "the block sent before reading");
+	expect_pattern(buf, MB, 600, 0, "the block sent before reading");
 	say("sent 1 MiB, then read 1 MiB: ok");
 	EXPECT(0, "close", close(fd));
 	/* a new connection: the last one may have gone back to the stream */
@@ -96,7 +85,7 @@ static void client(struct peer *self, void *arg)
 	pattern(buf, MB, 700, 0);
 	send_polling(fd, buf, MB);
 	recv_all(fd, buf, MB);
-	check(buf, MB, 800, "the block sent before reading");
+	expect_pattern(buf, MB, 800, 0, "the block sent before reading");
 	say("sent 1 MiB waiting in poll, then read 1 MiB: ok");
 	EXPECT(0, "close", close(fd));
 	free(buf);
@@ -133,7 +122,7 @@ int main(int argc, char **argv)
 	say("-- requests and responses of 1 MiB");
 	for (int i = 0; i < CALLS; i++) {
 		recv_all(fd, buf, MB);
-		check(buf, MB, 100 + i, "a request");
+		expect_pattern(buf, MB, 100 + i, 0, "a request");
 		pattern(buf, MB, 200 + i, 0);
 		send_all(fd, buf, MB);
 	}
@@ -148,7 +137,7 @@ int main(int argc, char **argv)
 	EXPECT(0, "SO_RCVTIMEO off", setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
 	ctl_send(&c, 1);
 	recv_all(fd, buf, MB);
-	check(buf, MB, 300, "the block after the timeouts");
+	expect_pattern(buf, MB, 300, 0, "the block after the timeouts");
 	say("then 1 MiB: ok");
 
 	say("-- a large recv that a signal interrupts");
@@ -160,7 +149,7 @@ int main(int argc, char **argv)
 	MUST(setitimer(ITIMER_REAL, &it, NULL));
 	ctl_send(&c, 1);
 	recv_all(fd, buf, MB);
-	check(buf, MB, 301, "the block after the signal");
+	expect_pattern(buf, MB, 301, 0, "the block after the signal");
 	say("then 1 MiB: ok");
 
 	say("-- both ends send 1 MiB before reading");
@@ -168,7 +157,7 @@ int main(int argc, char **argv)
 	pattern(buf, MB, 600, 0);
 	send_all(fd, buf, MB);
 	recv_all(fd, buf, MB);
-	check(buf, MB, 500, "the block sent before reading");
+	expect_pattern(buf, MB, 500, 0, "the block sent before reading");
 	say("sent 1 MiB, then read 1 MiB: ok");
 
 	EXPECT(0, "recv: the client closed", recv(fd, buf, 1, 0));
@@ -181,7 +170,7 @@ int main(int argc, char **argv)
 	pattern(buf, MB, 800, 0);
 	send_polling(fd, buf, MB);
 	recv_all(fd, buf, MB);
-	check(buf, MB, 700, "the block sent before reading");
+	expect_pattern(buf, MB, 700, 0, "the block sent before reading");
 	say("sent 1 MiB waiting in poll, then read 1 MiB: ok");
 
 	EXPECT(0, "recv: the client closed", recv(fd, buf, 1, 0));
