@@ -169,7 +169,7 @@ END_TEST
 /* ---- RDMA ---------------------------------------------------------------- */
 
 /* A peer that offers BUF bytes of pattern for reading (and writing), then follows orders. */
-enum { CMD_END = 1, CMD_DEREG, CMD_CLOSE, CMD_CHECK_WRITE };
+enum { CMD_END = 1, CMD_DEREG, CMD_CLOSE, CMD_CHECK_WRITE, CMD_REOFFER };
 
 static int peer_offer(struct spi *p, void *arg)
 {
@@ -194,6 +194,14 @@ static int peer_offer(struct spi *p, void *arg)
 		if (cmd == CMD_CHECK_WRITE)
 			for (uint32_t i = 0; i < 4096; i++)
 				PCHECK(p->buf[1000 + i] == (uint8_t)~i);
+		if (cmd == CMD_REOFFER) {
+			/* the same buffer withdrawn and offered again: a new descriptor */
+			PCHECK(WSPDeregisterRdmaMemory(p->s, desc, sizeof(desc), &err) == 0);
+			dl = sizeof(desc);
+			PCHECK(WSPRegisterRdmaMemory(p->s, p->buf, BUF, MEM_READWRITE, desc, &dl,
+						     &err) == 0);
+			xsend(p->oob_out, desc, sizeof(desc));
+		}
 		sync_fd(p->oob_in, p->oob_out);
 	}
 }
@@ -440,6 +448,53 @@ START_TEST(rdma_after_deregister)
 }
 END_TEST
 
+/*
+ * The peer offers the same buffer again, many times (its region stays
+ * cached): each new descriptor reads the buffer, and the one withdrawn
+ * before it is dead (WSAEFAULT, then the connection is over).
+ */
+START_TEST(rdma_reoffer_same_buffer)
+{
+	struct spi p;
+	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE], old[WSP_RDMA_DESCRIPTOR_SIZE];
+	WSAOVERLAPPED ov = { 0 };
+	uint8_t *dst = malloc(BUF);
+	uint32_t n;
+	uint64_t h;
+	int err = 0, r;
+	WSABUFEX b;
+
+	ck_assert_ptr_nonnull(dst);
+	spi_pair(&p, peer_offer, NULL);
+	xrecv(p.oob_in, desc, sizeof(desc));
+	h = WSPRegisterMemory(p.s, dst, BUF, MEM_WRITE, &err);
+	ck_assert(h != 0);
+	b = (WSABUFEX){ BUF, (char *)dst, h };
+	for (int round = 0; round < 40; round++) {
+		memset(dst, 0, BUF);
+		r = WSPRdmaRead(p.s, &b, 1, desc, sizeof(desc), 0, &n, 0, &ov, NULL, NULL, &err);
+		if (r == SOCKET_ERROR && err == WSA_IO_PENDING)
+			r = WSPGetOverlappedResult(p.s, &ov, &n, 1, NULL, &err) ? 0 : SOCKET_ERROR;
+		ck_assert_msg(r == 0, "round %d: read through the new descriptor: %d", round, err);
+		ck_assert(pattern_ok(dst, 0, BUF));
+		memcpy(old, desc, sizeof(desc));
+		xsend(p.oob_out, &(int){ CMD_REOFFER }, sizeof(int));
+		xrecv(p.oob_in, desc, sizeof(desc));
+		sync_fd(p.oob_in, p.oob_out);
+		ck_assert(memcmp(old, desc, sizeof(desc)) != 0);
+	}
+	r = WSPRdmaRead(p.s, &b, 1, old, sizeof(old), 0, &n, 0, &ov, NULL, NULL, &err);
+	if (r == SOCKET_ERROR && err == WSA_IO_PENDING)
+		ck_assert_int_eq(WSPGetOverlappedResult(p.s, &ov, &n, 1, NULL, &err), 0);
+	else
+		ck_assert_int_eq(r, SOCKET_ERROR);
+	ck_assert_msg(err == WSAEFAULT, "read through a withdrawn descriptor: %d", err);
+	order(&p, CMD_END);
+	ck_assert_int_eq(spi_finish(&p), 0);
+	free(dst);
+}
+END_TEST
+
 /* The peer closes: WSAECONNRESET. */
 START_TEST(rdma_peer_closed)
 {
@@ -490,6 +545,19 @@ START_TEST(registration_cache)
 	ck_assert_int_eq(err, WSAEINVAL);
 	ck_assert(WSPRegisterMemory(p.s, p.buf, 4096, 0, &err) == 0);
 	ck_assert_int_eq(err, WSAEINVAL);
+	{
+		/* neighbours grow one region: a third call across both finds it */
+		uint8_t *pg = (uint8_t *)(((uintptr_t)p.buf + 65536) & ~(uintptr_t)4095);
+		uint64_t x, y;
+
+		x = WSPRegisterMemory(p.s, pg, 4096, MEM_READ, &err);
+		y = WSPRegisterMemory(p.s, pg + 4096, 4096, MEM_READ, &err);
+		ck_assert(x != 0 && y != 0 && y != x);
+		ck_assert_int_eq(WSPDeregisterMemory(p.s, x, &err), 0);
+		ck_assert(WSPRegisterMemory(p.s, pg + 1000, 6000, MEM_READ, &err) == y);
+		ck_assert_int_eq(WSPDeregisterMemory(p.s, y, &err), 0);
+		ck_assert_int_eq(WSPDeregisterMemory(p.s, y, &err), 0);
+	}
 	gone = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	munmap(gone, 8192);
 	ck_assert(WSPRegisterMemory(p.s, gone, 8192, MEM_WRITE, &err) == 0);
@@ -522,6 +590,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, rdma_write);
 	tcase_add_test(tc, rdma_call_errors);
 	tcase_add_test(tc, rdma_after_deregister);
+	tcase_add_test(tc, rdma_reoffer_same_buffer);
 	tcase_add_test(tc, rdma_peer_closed);
 	tcase_add_test(tc, registration_cache);
 	return t_run("wsp", tc);

@@ -4,8 +4,11 @@
  * registration covering the range with the rights asked for is reused, and
  * kept (unused, least recently used first out) after its last user is gone,
  * until WSPMemoryRegistrationCacheCallback says its memory is going away.
- * Buffers offered to the peer (WSPRegisterRdmaMemory) each get a region of
- * their own and a memory window bound on the connection.
+ * Buffers offered to the peer (WSPRegisterRdmaMemory) take their region from
+ * the same cache, with the peer's rights kept apart (WSP_RC_REMOTE_*), and
+ * each gets a memory window bound on the connection and invalidated when it
+ * is deregistered: the pinning is paid once per buffer, the peer's access
+ * lasts one registration.  Unbound windows are kept for the next one.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -70,27 +73,99 @@ static void entry_drop(struct wsp_provider *pv, struct rc_entry *e)
 	free(e);
 }
 
-/* Lock held.  Keep at most the limit of unused entries: the oldest go. */
+/*
+ * Lock held.  Keep at most the limit of unused entries, and at most
+ * WSP_RC_UNUSED_BYTES of memory in them (a region may be pinned): the
+ * oldest go.
+ */
 static void trim(struct wsp_provider *pv)
 {
 	unsigned limit = cache_limit(), unused = 0;
+	size_t bytes = 0;
 
 	for (struct rc_entry *e = pv->cache; e; e = e->next)
-		unused += !e->refs;
-	while (unused > limit) {
+		if (!e->refs) {
+			unused++;
+			bytes += e->len;
+		}
+	while (unused > limit || (unused && bytes > WSP_RC_UNUSED_BYTES)) {
 		struct rc_entry *old = NULL;
 
 		for (struct rc_entry *e = pv->cache; e; e = e->next)
 			if (!e->refs && (!old || e->used < old->used))
 				old = e;
+		bytes -= old->len;
 		entry_drop(pv, old);
 		unused--;
 	}
 }
 
-static uint32_t mr_flags(uint32_t mem)
+/*
+ * Lock held.  Widen [*start, *end) over the live entries with the same
+ * rights that overlap or touch it, up to WSP_RC_MERGE_MAX in all: a program
+ * that sends from (or receives into) ever other parts of one buffer ends up
+ * with one region over it, not one per call.  The unused entries taken in
+ * go once the new one is registered (retire_inside).
+ */
+static void widen(struct wsp_provider *pv, uint32_t flags, uintptr_t *start, uintptr_t *end)
 {
-	return (mem & MEM_WRITE) ? ND_MR_FLAG_ALLOW_LOCAL_WRITE : 0;
+	uintptr_t a = *start, b = *end;
+	bool more = true;
+
+	while (more) {
+		more = false;
+		for (struct rc_entry *e = pv->cache; e; e = e->next) {
+			uintptr_t ea = e->addr, eb = e->addr + e->len;
+
+			if (e->stale || e->flags != flags || ea > b || eb < a ||
+			    (ea >= a && eb <= b))
+				continue;
+			if ((eb > b ? eb : b) - (ea < a ? ea : a) > WSP_RC_MERGE_MAX)
+				continue;
+			a = ea < a ? ea : a;
+			b = eb > b ? eb : b;
+			more = true;
+		}
+	}
+	if ((a != *start || b != *end) && mapped(a, b - a)) {
+		*start = a;
+		*end = b;
+	}
+}
+
+/*
+ * Lock held.  Unused entries inside [a, b) other than keep: keep serves them
+ * now.  One in use stays as it is, since its handle must keep working.
+ */
+static void retire_inside(struct wsp_provider *pv, struct rc_entry *keep, uintptr_t a,
+			  uintptr_t b)
+{
+	for (struct rc_entry *e = pv->cache; e; e = e->next)
+		if (e != keep && !e->refs && e->flags == keep->flags && e->addr >= a &&
+		    e->addr + e->len <= b)
+			e->stale = true;
+}
+
+static uint32_t mr_flags(uint32_t rc)
+{
+	return ((rc & MEM_WRITE) ? ND_MR_FLAG_ALLOW_LOCAL_WRITE : 0) |
+	       ((rc & WSP_RC_REMOTE_READ) ? ND_MR_FLAG_ALLOW_REMOTE_READ : 0) |
+	       ((rc & WSP_RC_REMOTE_WRITE) ? ND_MR_FLAG_ALLOW_REMOTE_WRITE : 0);
+}
+
+/* Lock held.  Drop every cached entry nobody uses: pinned memory ran short. */
+static unsigned drop_unused(struct wsp_provider *pv)
+{
+	unsigned n = 0;
+
+	for (struct rc_entry *e = pv->cache, *next; e; e = next) {
+		next = e->next;
+		if (!e->refs) {
+			entry_drop(pv, e);
+			n++;
+		}
+	}
+	return n;
 }
 
 /* Lock held.  A referenced registration covering [buf, buf+len) with flags. */
@@ -98,6 +173,12 @@ struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf, size_t len
 			    uint32_t flags, int *err)
 {
 	uintptr_t a = (uintptr_t)buf, start, end;
+	/*
+	 * A region for the peer covers exactly the bytes offered: some devices
+	 * (rxe in Debian 12's kernel) check an access through a window against
+	 * the region's bounds, not the window's (wsd-verbs(7)).
+	 */
+	bool exact = flags & (WSP_RC_REMOTE_READ | WSP_RC_REMOTE_WRITE);
 	struct rc_entry *e;
 
 	if (!buf || !len || a + len < a) {
@@ -107,27 +188,37 @@ struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf, size_t len
 	apply_pending(pv);
 	sweep(pv);
 	for (e = pv->cache; e; e = e->next) {
-		if (!e->stale && a >= e->addr && a + len <= e->addr + e->len &&
-		    (e->flags & flags) == flags) {
-			e->refs++;
-			e->used = ++pv->tick;
-			return e;
-		}
+		if (e->stale || (exact ? e->addr != a || e->len != len || e->flags != flags :
+				 a < e->addr || a + len > e->addr + e->len ||
+				 (e->flags & flags) != flags))
+			continue;
+		e->refs++;
+		e->used = ++pv->tick;
+		return e;
 	}
 	if (!mapped(a, len)) {
 		*err = WSAEFAULT;
 		return NULL;
 	}
-	/* whole pages: the next buffer nearby hits the same entry */
-	start = a & ~(uintptr_t)(page_size() - 1);
-	end = (a + len + (uintptr_t)page_size() - 1) & ~(uintptr_t)(page_size() - 1);
+	if (exact) {
+		start = a;
+		end = a + len;
+	} else {
+		/* whole pages: the next buffer nearby hits the same entry */
+		start = a & ~(uintptr_t)(page_size() - 1);
+		end = (a + len + (uintptr_t)page_size() - 1) & ~(uintptr_t)(page_size() - 1);
+		widen(pv, flags, &start, &end);
+	}
 	e = calloc(1, sizeof(*e));
 	if (!e) {
 		*err = WSAENOBUFS;
 		return NULL;
 	}
+	/* over the locked-memory limit, maybe: what the cache keeps unused goes first */
 	if (nd_mr_register(pv->ad, (void *)start, end - start, mr_flags(flags), &e->mr) !=
-	    ND_SUCCESS) {
+	    ND_SUCCESS && (!drop_unused(pv) ||
+			   nd_mr_register(pv->ad, (void *)start, end - start, mr_flags(flags),
+					  &e->mr) != ND_SUCCESS)) {
 		free(e);
 		*err = WSAENOBUFS;
 		return NULL;
@@ -142,6 +233,10 @@ struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf, size_t len
 	pv->cache = e;
 	pv->cached++;
 	atomic_fetch_add(&live_entries, 1);
+	if (!exact) {
+		retire_inside(pv, e, start, end);
+		sweep(pv);
+	}
 	trim(pv);
 	return e;
 }
@@ -171,6 +266,8 @@ void wsp_rc_drop_all(struct wsp_provider *pv)
 {
 	while (pv->cache)
 		entry_drop(pv, pv->cache);
+	while (pv->nmw_pool)
+		(void)nd_mw_destroy(pv->mw_pool[--pv->nmw_pool]);
 }
 
 static struct wsp_socket *any_socket(SOCKET h, int *err)
@@ -333,7 +430,7 @@ static int window_op(struct wsp_socket *s, enum req_kind kind, struct rdma_reg *
 	if (!r)
 		return WSAENOBUFS;
 	if (kind == REQ_BIND)
-		st = nd_ep_bind(s->ep, r, g->mr, g->mw, (void *)(uintptr_t)d->base, d->length,
+		st = nd_ep_bind(s->ep, r, g->rc->mr, g->mw, (void *)(uintptr_t)d->base, d->length,
 				rights, d);
 	else
 		st = nd_ep_invalidate(s->ep, r, g->mw, 0);
@@ -347,12 +444,31 @@ static int window_op(struct wsp_socket *s, enum req_kind kind, struct rdma_reg *
 	return wsp_req_wait(r, NULL);
 }
 
+/* Lock held.  An unbound window: one kept from before, or a new one. */
+static struct nd_mw *mw_take(struct wsp_provider *pv)
+{
+	struct nd_mw *mw = NULL;
+
+	if (pv->nmw_pool)
+		return pv->mw_pool[--pv->nmw_pool];
+	return nd_mw_create(pv->ad, &mw) == ND_SUCCESS ? mw : NULL;
+}
+
+/* Lock held.  A window that is unbound again: kept for the next, or freed. */
+static void mw_give(struct wsp_provider *pv, struct nd_mw *mw)
+{
+	if (pv->nmw_pool < WSP_MW_POOL)
+		pv->mw_pool[pv->nmw_pool++] = mw;
+	else
+		(void)nd_mw_destroy(mw);
+}
+
 int WSPRegisterRdmaMemory(SOCKET h, void *buf, uint32_t len, uint32_t flags, void *desc,
 			  uint32_t *desclen, int *err)
 {
 	struct wsp_socket *s = any_socket(h, err);
 	struct nd_mw_descriptor d = { (uintptr_t)buf, len, 0 };
-	uint32_t mrf = 0, rights = 0;
+	uint32_t rc = 0, rights = 0;
 	struct wire_desc w;
 	struct rdma_reg *g;
 	int e;
@@ -373,11 +489,11 @@ int WSPRegisterRdmaMemory(SOCKET h, void *buf, uint32_t len, uint32_t flags, voi
 		goto out;
 	}
 	if (flags & MEM_READ) {
-		mrf |= ND_MR_FLAG_ALLOW_REMOTE_READ;
+		rc |= WSP_RC_REMOTE_READ;
 		rights |= ND_OP_FLAG_ALLOW_READ;
 	}
 	if (flags & MEM_WRITE) {
-		mrf |= ND_MR_FLAG_ALLOW_REMOTE_WRITE;
+		rc |= WSP_RC_REMOTE_WRITE;
 		rights |= ND_OP_FLAG_ALLOW_WRITE;
 	}
 	g = calloc(1, sizeof(*g));
@@ -385,21 +501,25 @@ int WSPRegisterRdmaMemory(SOCKET h, void *buf, uint32_t len, uint32_t flags, voi
 		*err = WSAENOBUFS;
 		goto out;
 	}
-	/* a region of its own: the device checks the peer against it (wsd-verbs(7)) */
-	if (nd_mr_register(s->pv->ad, buf, len, mrf, &g->mr) != ND_SUCCESS ||
-	    nd_mw_create(s->pv->ad, &g->mw) != ND_SUCCESS) {
-		if (g->mr)
-			nd_mr_deregister(g->mr);
+	pthread_mutex_lock(&s->pv->lock);
+	/* the region comes from the cache; the window, bound for this one, is the peer's access */
+	g->rc = wsp_rc_get(s->pv, buf, len, rc, err);
+	g->mw = g->rc ? mw_take(s->pv) : NULL;
+	if (!g->mw) {
+		if (g->rc) {
+			wsp_rc_put(s->pv, g->rc);
+			*err = WSAENOBUFS;
+		}
+		pthread_mutex_unlock(&s->pv->lock);
 		free(g);
-		*err = WSAENOBUFS;
 		goto out;
 	}
-	pthread_mutex_lock(&s->pv->lock);
 	e = window_op(s, REQ_BIND, g, rights, &d);
 	if (e) {
+		/* a bind that failed leaves the window unbound, but say nothing of it */
+		(void)nd_mw_destroy(g->mw);
+		wsp_rc_put(s->pv, g->rc);
 		pthread_mutex_unlock(&s->pv->lock);
-		nd_mw_destroy(g->mw);
-		nd_mr_deregister(g->mr);
 		free(g);
 		*err = e;
 		goto out;
@@ -418,17 +538,11 @@ out:
 	return SOCKET_ERROR;
 }
 
-static void reg_free(struct rdma_reg *g)
-{
-	(void)nd_mw_destroy(g->mw);
-	(void)nd_mr_deregister(g->mr);
-	free(g);
-}
-
 int WSPDeregisterRdmaMemory(SOCKET h, void *desc, uint32_t desclen, int *err)
 {
 	struct wsp_socket *s = any_socket(h, err);
 	struct rdma_reg *g = NULL;
+	bool unbound = false;
 
 	if (!s)
 		return SOCKET_ERROR;
@@ -447,19 +561,23 @@ int WSPDeregisterRdmaMemory(SOCKET h, void *desc, uint32_t desclen, int *err)
 	}
 	/* a connection that ended took the window down with it */
 	if (g && s->state == S_CONNECTED && !s->fail)
-		(void)window_op(s, REQ_INVAL, g, 0, NULL);
+		unbound = window_op(s, REQ_INVAL, g, 0, NULL) == 0;
+	if (unbound)
+		mw_give(s->pv, g->mw);
 	pthread_mutex_unlock(&s->pv->lock);
 	if (!g) {
 		*err = WSAEINVAL;
 		wsp_sock_put(s);
 		return SOCKET_ERROR;
 	}
-	if (nd_mw_destroy(g->mw) == ND_DEVICE_BUSY) {
+	if (!unbound && nd_mw_destroy(g->mw) == ND_DEVICE_BUSY) {
 		/* still bound (the invalidate failed): ending the connection frees it */
 		(void)nd_ep_disconnect(s->ep);
 		(void)nd_mw_destroy(g->mw);
 	}
-	(void)nd_mr_deregister(g->mr);
+	pthread_mutex_lock(&s->pv->lock);
+	wsp_rc_put(s->pv, g->rc);
+	pthread_mutex_unlock(&s->pv->lock);
 	free(g);
 	wsp_sock_put(s);
 	return 0;
@@ -472,6 +590,8 @@ void wsp_rdma_release_all(struct wsp_socket *s)
 		struct rdma_reg *g = s->rdma;
 
 		s->rdma = g->next;
-		reg_free(g);
+		(void)nd_mw_destroy(g->mw);
+		wsp_rc_put(s->pv, g->rc);
+		free(g);
 	}
 }

@@ -55,7 +55,7 @@ enum sock_state { S_NEW, S_LISTENING, S_CONNECTED, S_CLOSED };
 
 struct rdma_reg {
 	struct rdma_reg *next;
-	struct nd_mr *mr;
+	struct rc_entry *rc;             /* the cached region the window lies in */
 	struct nd_mw *mw;
 	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
 };
@@ -87,11 +87,27 @@ struct wsp_socket {
 	unsigned ov_sleepers;            /* WSPGetOverlappedResult calls asleep on it */
 };
 
+/*
+ * Rights of a cached region beyond MEM_*: the peer's, through a window bound
+ * over it.  Kept apart from the local ones, so a region is offered only with
+ * the rights its WSPRegisterRdmaMemory asked for.
+ */
+#define WSP_RC_REMOTE_READ  0x100u
+#define WSP_RC_REMOTE_WRITE 0x200u
+
+/* the most one region grows to by taking in its neighbours (mem.c, widen) */
+#define WSP_RC_MERGE_MAX ((size_t)64 << 20)
+/* the most memory the cache keeps in regions nobody uses */
+#define WSP_RC_UNUSED_BYTES ((size_t)256 << 20)
+
+/* unbound windows kept for the next WSPRegisterRdmaMemory */
+#define WSP_MW_POOL 16
+
 struct rc_entry {
 	struct rc_entry *next;
 	uintptr_t addr;
 	size_t len;
-	uint32_t flags;                  /* MEM_* */
+	uint32_t flags;                  /* MEM_*, WSP_RC_REMOTE_* */
 	struct nd_mr *mr;
 	uint64_t handle;
 	unsigned refs;
@@ -127,6 +143,8 @@ struct wsp_provider {
 	/* registration cache */
 	struct rc_entry *cache;
 	unsigned cached;
+	struct nd_mw *mw_pool[WSP_MW_POOL];
+	unsigned nmw_pool;
 	uint64_t tick, next_handle;
 	struct wsp_provider *next;       /* all instances, for the cache callback */
 };

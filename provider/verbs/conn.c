@@ -156,7 +156,15 @@ static int mr_register_op(void *adpriv, struct nd_mr *mr, void **priv)
 	if (mr->flags & ND_MR_FLAG_ALLOW_REMOTE_WRITE)
 		access |= IBV_ACCESS_REMOTE_WRITE;
 	for (int i = 0; i < va->ndev; i++) {
-		int a = access | (va->dev[i].windows ? IBV_ACCESS_MW_BIND : 0);
+		/*
+		 * With windows, the peer reaches a region only through a window
+		 * bound over it, which carries the remote rights: the region's own
+		 * rkey grants nothing, so a region the cache keeps between
+		 * offers leaves nothing open to a peer guessing keys.
+		 */
+		int a = va->dev[i].windows ?
+			(access & ~(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)) |
+			IBV_ACCESS_MW_BIND : access;
 
 		m->mr[i] = ibv_reg_mr(va->dev[i].pd, (void *)mr->addr, mr->length, a);
 		if (!m->mr[i]) {
