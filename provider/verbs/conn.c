@@ -223,12 +223,18 @@ static void mw_destroy_op(void *priv)
 	free(w);
 }
 
-/* A type 2 bind names its new rkey: the same index, the next key byte. */
+/*
+ * A type 2 bind names its new rkey: the same index, the next key byte.  It
+ * names the window too, by the rkey the device holds for it now (that of
+ * its latest bind), which the library reads from ibv_mw and never updates
+ * itself: a window bound again (the SPI keeps unbound ones) needs it set.
+ */
 static uint64_t mw_token_op(struct nd_ep *ep, void *mwpriv)
 {
 	struct vb_mw *w = mwpriv;
 	struct vb_conn *vc = ep->tpriv;
 
+	w->on[vc->dev].mw->rkey = w->on[vc->dev].rkey;
 	w->on[vc->dev].rkey = ibv_inc_rkey(w->on[vc->dev].rkey);
 	return w->on[vc->dev].rkey;
 }
