@@ -98,7 +98,7 @@ struct wsp_socket {
 /* the most one region grows to by taking in its neighbours (mem.c, widen) */
 #define WSP_RC_MERGE_MAX ((size_t)64 << 20)
 /* the most memory the cache keeps in regions nobody uses */
-#define WSP_RC_UNUSED_BYTES ((size_t)256 << 20)
+#define WSP_RC_UNUSED_BYTES ((size_t)64 << 20)
 
 /* unbound windows kept for the next WSPRegisterRdmaMemory */
 #define WSP_MW_POOL 16
