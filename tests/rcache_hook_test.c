@@ -97,6 +97,28 @@ START_TEST(cached_until_released)
 }
 END_TEST
 
+/*
+ * A registration next to an unused one takes it in: a program that works
+ * through a buffer a piece at a time ends with one registration over it.
+ */
+START_TEST(unused_neighbours_taken_in)
+{
+	uint8_t *p = region(65536);
+	int err;
+	uint64_t x = WSPRegisterMemory(s, p, 4096, MEM_READ, &err), y;
+
+	ck_assert(x);
+	ck_assert(handle_known(x));
+	y = WSPRegisterMemory(s, p + 4096, 4096, MEM_READ, &err);
+	ck_assert(y && y != x);
+	ck_assert(handle_known(y));
+	/* one registration covers both pages now, and the first is gone */
+	ck_assert(WSPRegisterMemory(s, p + 1000, 6000, MEM_READ, &err) == y);
+	ck_assert(handle_known(y));
+	ck_assert(!handle_known(x));
+}
+END_TEST
+
 START_TEST(freed)
 {
 	int err;
@@ -150,6 +172,7 @@ int main(void)
 	tc = t_case("hooks", 0, NULL);
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, cached_until_released);
+	tcase_add_test(tc, unused_neighbours_taken_in);
 	tcase_add_test(tc, freed);
 	tcase_add_test(tc, unmapped_remapped_discarded);
 	return t_run("rcache_hooks", tc);

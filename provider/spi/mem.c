@@ -101,15 +101,20 @@ static void trim(struct wsp_provider *pv)
 }
 
 /*
- * Lock held.  Widen [*start, *end) over the live entries with the same
- * rights that overlap or touch it, up to WSP_RC_MERGE_MAX in all: a program
- * that sends from (or receives into) ever other parts of one buffer ends up
- * with one region over it, not one per call.  The unused entries taken in
- * go once the new one is registered (retire_inside).
+ * Lock held.  Widen [*start, *end) over the unused entries with the same
+ * rights that overlap or touch it, up to four times its length and
+ * WSP_RC_MERGE_MAX: a program that sends from (or receives into) ever other
+ * parts of one buffer ends up with one region over it, not one per call.
+ * The entries taken in go once the new one is registered (retire_inside).
+ * Entries in use are left alone: they stay, and taking them in would pin
+ * their memory twice, a little more at each new neighbour (a thousand
+ * connections' staging areas side by side grew to 64 MiB regions, and the
+ * verbs rig's guest ran out of memory to pin).
  */
 static void widen(struct wsp_provider *pv, uint32_t flags, uintptr_t *start, uintptr_t *end)
 {
 	uintptr_t a = *start, b = *end;
+	size_t most = 4 * (b - a) < WSP_RC_MERGE_MAX ? 4 * (b - a) : WSP_RC_MERGE_MAX;
 	bool more = true;
 
 	while (more) {
@@ -117,10 +122,10 @@ static void widen(struct wsp_provider *pv, uint32_t flags, uintptr_t *start, uin
 		for (struct rc_entry *e = pv->cache; e; e = e->next) {
 			uintptr_t ea = e->addr, eb = e->addr + e->len;
 
-			if (e->stale || e->flags != flags || ea > b || eb < a ||
+			if (e->stale || e->refs || e->flags != flags || ea > b || eb < a ||
 			    (ea >= a && eb <= b))
 				continue;
-			if ((eb > b ? eb : b) - (ea < a ? ea : a) > WSP_RC_MERGE_MAX)
+			if ((eb > b ? eb : b) - (ea < a ? ea : a) > most)
 				continue;
 			a = ea < a ? ea : a;
 			b = eb > b ? eb : b;

@@ -7,7 +7,8 @@
  *
  * MANY_PATH_MIN=N (the VM rig over verbs): instead of the first few
  * connections, each after it settled, at least N of all of them must be on
- * WSD_EXPECT_PATH within 10 s of the warm-up; the rig asks for 900 of the
+ * WSD_EXPECT_PATH after the warm-up, while their number still grows (up to
+ * 90 s, expect_some); the rig asks for 900 of the
  * 1,000, which over verbs takes the segments a channel adds as its first
  * 64 registered slots fill.  Every byte is checked either way.
  */
@@ -80,12 +81,19 @@ static void *accept_main(void *arg)
 	return NULL;
 }
 
-/* MANY_PATH_MIN: at least that many of fds on WSD_EXPECT_PATH, within 10 s. */
+/*
+ * MANY_PATH_MIN: at least that many of fds on WSD_EXPECT_PATH.  Some may
+ * still be upgrading after the warm-up, at the emulated CPU's pace, which
+ * the host's load sets (a distcheck run with tests beside the guest saw 778
+ * after a fixed 10 s, not knowing whether more were coming): so wait while
+ * the count grows, and give up once it has not grown for 15 s, or after
+ * 90 s in all.
+ */
 static void expect_some(const int *fds, const char *who)
 {
 	const char *want = getenv("WSD_EXPECT_PATH");
-	int min = atoi(getenv("MANY_PATH_MIN")), on = 0;
-	double t0 = now_ms();
+	int min = atoi(getenv("MANY_PATH_MIN")), on = 0, best = -1;
+	double t0 = now_ms(), grew = t0;
 
 	if (!want || !*want)
 		return;
@@ -96,11 +104,16 @@ static void expect_some(const int *fds, const char *who)
 
 			on += p && !strcmp(p, want);
 		}
-		if (on >= min || now_ms() - t0 > 10000)
+		if (on > best) {
+			best = on;
+			grew = now_ms();
+		}
+		if (on >= min || now_ms() - grew > 15000 || now_ms() - t0 > 90000)
 			break;
 		sleep_ms(100);
 	}
-	fprintf(stderr, "many: %s: %d of %d connections on %s\n", who, on, CONNS, want);
+	fprintf(stderr, "many: %s: %d of %d connections on %s (%.1f s after the warm-up)\n",
+		who, on, CONNS, want, (now_ms() - t0) / 1000);
 	CHECK(on >= min, "%s: %d connections on %s, not %d", who, on, want, min);
 }
 
