@@ -8,7 +8,7 @@
  * MANY_PATH_MIN=N (the VM rig over verbs): instead of the first few
  * connections, each after it settled, at least N of all of them must be on
  * WSD_EXPECT_PATH after the warm-up, while their number still grows (up to
- * 90 s, expect_some); the rig asks for 900 of the
+ * 90 s, expect_some); the rig asks for 600 of the
  * 1,000, which over verbs takes the segments a channel adds as its first
  * 64 registered slots fill.  Every byte is checked either way.
  */
