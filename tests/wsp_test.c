@@ -221,6 +221,19 @@ static int pattern_ok(const uint8_t *b, uint32_t off, uint32_t n)
 	return 1;
 }
 
+/* One read through desc into b, waited for: 0, or SOCKET_ERROR with *err. */
+static int read_waited(SOCKET h, WSABUFEX *b, const uint8_t *desc, int *err)
+{
+	WSAOVERLAPPED ov = { 0 };
+	uint32_t n;
+	int r = WSPRdmaRead(h, b, 1, (void *)desc, WSP_RDMA_DESCRIPTOR_SIZE, 0, &n, 0, &ov, NULL,
+			    NULL, err);
+
+	if (r == SOCKET_ERROR && *err == WSA_IO_PENDING)
+		r = WSPGetOverlappedResult(h, &ov, &n, 1, NULL, err) ? 0 : SOCKET_ERROR;
+	return r;
+}
+
 /* seed 002: overlapped read, stack buffer array, result by polling and by port */
 START_TEST(rdma_read_overlapped)
 {
@@ -457,11 +470,9 @@ START_TEST(rdma_reoffer_same_buffer)
 {
 	struct spi p;
 	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE], old[WSP_RDMA_DESCRIPTOR_SIZE];
-	WSAOVERLAPPED ov = { 0 };
 	uint8_t *dst = malloc(BUF);
-	uint32_t n;
 	uint64_t h;
-	int err = 0, r;
+	int err = 0;
 	WSABUFEX b;
 
 	ck_assert_ptr_nonnull(dst);
@@ -472,10 +483,8 @@ START_TEST(rdma_reoffer_same_buffer)
 	b = (WSABUFEX){ BUF, (char *)dst, h };
 	for (int round = 0; round < 40; round++) {
 		memset(dst, 0, BUF);
-		r = WSPRdmaRead(p.s, &b, 1, desc, sizeof(desc), 0, &n, 0, &ov, NULL, NULL, &err);
-		if (r == SOCKET_ERROR && err == WSA_IO_PENDING)
-			r = WSPGetOverlappedResult(p.s, &ov, &n, 1, NULL, &err) ? 0 : SOCKET_ERROR;
-		ck_assert_msg(r == 0, "round %d: read through the new descriptor: %d", round, err);
+		ck_assert_msg(read_waited(p.s, &b, desc, &err) == 0,
+			      "round %d: read through the new descriptor: %d", round, err);
 		ck_assert(pattern_ok(dst, 0, BUF));
 		memcpy(old, desc, sizeof(desc));
 		xsend(p.oob_out, &(int){ CMD_REOFFER }, sizeof(int));
@@ -483,11 +492,7 @@ START_TEST(rdma_reoffer_same_buffer)
 		sync_fd(p.oob_in, p.oob_out);
 		ck_assert(memcmp(old, desc, sizeof(desc)) != 0);
 	}
-	r = WSPRdmaRead(p.s, &b, 1, old, sizeof(old), 0, &n, 0, &ov, NULL, NULL, &err);
-	if (r == SOCKET_ERROR && err == WSA_IO_PENDING)
-		ck_assert_int_eq(WSPGetOverlappedResult(p.s, &ov, &n, 1, NULL, &err), 0);
-	else
-		ck_assert_int_eq(r, SOCKET_ERROR);
+	ck_assert_int_eq(read_waited(p.s, &b, old, &err), SOCKET_ERROR);
 	ck_assert_msg(err == WSAEFAULT, "read through a withdrawn descriptor: %d", err);
 	order(&p, CMD_END);
 	ck_assert_int_eq(spi_finish(&p), 0);
@@ -500,10 +505,8 @@ START_TEST(rdma_peer_closed)
 {
 	struct spi p;
 	uint8_t desc[WSP_RDMA_DESCRIPTOR_SIZE];
-	WSAOVERLAPPED ov = { 0 };
 	uint64_t h;
-	uint32_t n;
-	int err = 0, r;
+	int err = 0;
 	WSABUFEX b;
 
 	spi_pair(&p, peer_offer, NULL);
@@ -511,11 +514,7 @@ START_TEST(rdma_peer_closed)
 	h = WSPRegisterMemory(p.s, p.buf, 4096, MEM_WRITE, &err);
 	order(&p, CMD_CLOSE);
 	b = (WSABUFEX){ 4096, (char *)p.buf, h };
-	r = WSPRdmaRead(p.s, &b, 1, desc, sizeof(desc), 0, &n, 0, &ov, NULL, NULL, &err);
-	if (r == SOCKET_ERROR && err == WSA_IO_PENDING)
-		ck_assert_int_eq(WSPGetOverlappedResult(p.s, &ov, &n, 1, NULL, &err), 0);
-	else
-		ck_assert_int_eq(r, SOCKET_ERROR);
+	ck_assert_int_eq(read_waited(p.s, &b, desc, &err), SOCKET_ERROR);
 	ck_assert_msg(err == WSAECONNRESET, "read after the peer closed: %d", err);
 	order(&p, CMD_END);
 	ck_assert_int_eq(spi_finish(&p), 0);

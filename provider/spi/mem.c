@@ -105,7 +105,7 @@ static void trim(struct wsp_provider *pv)
  * rights that overlap or touch it, up to four times its length and
  * WSP_RC_MERGE_MAX: a program that sends from (or receives into) ever other
  * parts of one buffer ends up with one region over it, not one per call.
- * The entries taken in go once the new one is registered (retire_inside).
+ * The entries taken in go once the new one is registered (drop_inside).
  * Entries in use are left alone: they stay, and taking them in would pin
  * their memory twice, a little more at each new neighbour (a thousand
  * connections' staging areas side by side grew to 64 MiB regions, and the
@@ -139,16 +139,17 @@ static void widen(struct wsp_provider *pv, uint32_t flags, uintptr_t *start, uin
 }
 
 /*
- * Lock held.  Unused entries inside [a, b) other than keep: keep serves them
- * now.  One in use stays as it is, since its handle must keep working.
+ * Lock held.  Drop the unused entries inside keep: it serves them now.  One
+ * in use stays as it is, since its handle must keep working.
  */
-static void retire_inside(struct wsp_provider *pv, struct rc_entry *keep, uintptr_t a,
-			  uintptr_t b)
+static void drop_inside(struct wsp_provider *pv, struct rc_entry *keep)
 {
-	for (struct rc_entry *e = pv->cache; e; e = e->next)
-		if (e != keep && !e->refs && e->flags == keep->flags && e->addr >= a &&
-		    e->addr + e->len <= b)
-			e->stale = true;
+	for (struct rc_entry *e = pv->cache, *next; e; e = next) {
+		next = e->next;
+		if (e != keep && !e->refs && e->flags == keep->flags && e->addr >= keep->addr &&
+		    e->addr + e->len <= keep->addr + keep->len)
+			entry_drop(pv, e);
+	}
 }
 
 static uint32_t mr_flags(uint32_t rc)
@@ -158,14 +159,14 @@ static uint32_t mr_flags(uint32_t rc)
 	       ((rc & WSP_RC_REMOTE_WRITE) ? ND_MR_FLAG_ALLOW_REMOTE_WRITE : 0);
 }
 
-/* Lock held.  Drop every cached entry nobody uses: pinned memory ran short. */
-static unsigned drop_unused(struct wsp_provider *pv)
+/* Lock held.  Drop the entries nobody uses (only the stale ones: sweep). */
+static unsigned drop_unused(struct wsp_provider *pv, bool stale_only)
 {
 	unsigned n = 0;
 
 	for (struct rc_entry *e = pv->cache, *next; e; e = next) {
 		next = e->next;
-		if (!e->refs) {
+		if (!e->refs && (e->stale || !stale_only)) {
 			entry_drop(pv, e);
 			n++;
 		}
@@ -221,7 +222,7 @@ struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf, size_t len
 	}
 	/* over the locked-memory limit, maybe: what the cache keeps unused goes first */
 	if (nd_mr_register(pv->ad, (void *)start, end - start, mr_flags(flags), &e->mr) !=
-	    ND_SUCCESS && (!drop_unused(pv) ||
+	    ND_SUCCESS && (!drop_unused(pv, false) ||
 			   nd_mr_register(pv->ad, (void *)start, end - start, mr_flags(flags),
 					  &e->mr) != ND_SUCCESS)) {
 		free(e);
@@ -238,10 +239,8 @@ struct rc_entry *wsp_rc_get(struct wsp_provider *pv, const void *buf, size_t len
 	pv->cache = e;
 	pv->cached++;
 	atomic_fetch_add(&live_entries, 1);
-	if (!exact) {
-		retire_inside(pv, e, start, end);
-		sweep(pv);
-	}
+	if (!exact)
+		drop_inside(pv, e);
 	trim(pv);
 	return e;
 }
@@ -347,11 +346,7 @@ static void apply_range(struct wsp_provider *pv, uintptr_t a, size_t len)
 /* lock held, called by the SPI's own calls only: drop the unused stale entries. */
 static void sweep(struct wsp_provider *pv)
 {
-	for (struct rc_entry *e = pv->cache, *n; e; e = n) {
-		n = e->next;
-		if (e->stale && !e->refs)
-			entry_drop(pv, e);
-	}
+	(void)drop_unused(pv, true);
 }
 
 /* lock held: the ranges freed while someone else held it. */
@@ -567,22 +562,26 @@ int WSPDeregisterRdmaMemory(SOCKET h, void *desc, uint32_t desclen, int *err)
 	/* a connection that ended took the window down with it */
 	if (g && s->state == S_CONNECTED && !s->fail)
 		unbound = window_op(s, REQ_INVAL, g, 0, NULL) == 0;
-	if (unbound)
+	if (unbound) {
 		mw_give(s->pv, g->mw);
+		wsp_rc_put(s->pv, g->rc);
+	}
 	pthread_mutex_unlock(&s->pv->lock);
 	if (!g) {
 		*err = WSAEINVAL;
 		wsp_sock_put(s);
 		return SOCKET_ERROR;
 	}
-	if (!unbound && nd_mw_destroy(g->mw) == ND_DEVICE_BUSY) {
-		/* still bound (the invalidate failed): ending the connection frees it */
-		(void)nd_ep_disconnect(s->ep);
-		(void)nd_mw_destroy(g->mw);
+	if (!unbound) {
+		if (nd_mw_destroy(g->mw) == ND_DEVICE_BUSY) {
+			/* still bound (the invalidate failed): ending the connection frees it */
+			(void)nd_ep_disconnect(s->ep);
+			(void)nd_mw_destroy(g->mw);
+		}
+		pthread_mutex_lock(&s->pv->lock);
+		wsp_rc_put(s->pv, g->rc);
+		pthread_mutex_unlock(&s->pv->lock);
 	}
-	pthread_mutex_lock(&s->pv->lock);
-	wsp_rc_put(s->pv, g->rc);
-	pthread_mutex_unlock(&s->pv->lock);
 	free(g);
 	wsp_sock_put(s);
 	return 0;
