@@ -28,8 +28,9 @@ static const struct wsd_param params[] = {
 	  "memory windows one shm endpoint can have bound at once" },
 	{ "WSD_SWITCH", "integer", "1",
 	  "0: the preloaded switch leaves every connection on kernel TCP" },
-	{ "WSD_SWITCH_RING", "integer", "262144",
-	  "bytes in each connection's receive ring (power of two, 16 KiB to 64 MiB)" },
+	{ "WSD_SWITCH_RING", "integer", "0",
+	  "bytes in each connection's receive ring (power of two, 16 KiB to 64 MiB; 0: 8 MiB "
+	  "on shm, a sender's window growing into it while it streams, 256 KiB on verbs)" },
 	{ "WSD_UPGRADE_BYTES", "integer", "16384",
 	  "a connection is upgraded once it has carried this many bytes ..." },
 	{ "WSD_UPGRADE_US", "integer", "1000",

@@ -141,6 +141,8 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	ch->owner = wsd_pid();
 	ch->peer_pidfd = -1;
 	ch->ring = wsd_switch_params()->ring_size;
+	if (!ch->ring)
+		ch->ring = path == PATH_SHM ? SHM_RING : VERBS_RING;
 	if (chan_seg_add(ch, ch->ring, path == PATH_SHM ? SHM_SLOTS : VERBS_SLOTS)) {
 		ch->ws = INVALID_SOCKET;   /* still the caller's */
 		chan_free(ch);

@@ -137,25 +137,26 @@ static void shuts_taken(struct wsd_chan *ch)
 }
 
 /*
- * mu held: every slot taken, may we add a segment?  Verbs only (shm's one
- * segment holds SHM_SLOTS, and its pages exist only once written), the
- * channel alive and ours.
+ * mu held: every slot taken, may we add a segment?  The channel alive and
+ * ours.  On shm one holds SHM_SLOTS of the default ring's size where
+ * 4 GiB allows (511 of 8 MiB), and its pages exist only once written.
  */
 static bool may_grow(const struct wsd_chan *ch)
 {
-	return ch->path != PATH_SHM && ch->nsegs && ch->nsegs < MAX_SEGS && !ch->grow_failed &&
+	return ch->nsegs && ch->nsegs < MAX_SEGS && !ch->grow_failed &&
 	       !atomic_load(&ch->dead) && ch->owner == wsd_pid();
 }
 
 /* mu held, for a while not: add a segment to the full channel.  0 or -ENOSPC. */
 static int grow(struct wsd_chan *ch)
 {
-	uint32_t ring = ch->ring < VERBS_GROW_RING ? ch->ring : VERBS_GROW_RING;
+	bool shm = ch->path == PATH_SHM;
+	uint32_t ring = shm || ch->ring < VERBS_GROW_RING ? ch->ring : VERBS_GROW_RING;
 	int r;
 
 	ch->growing = true;
 	pthread_mutex_unlock(&ch->mu);
-	r = chan_seg_add(ch, ring, VERBS_GROW_SLOTS);
+	r = chan_seg_add(ch, ring, shm ? SHM_SLOTS : VERBS_GROW_SLOTS);
 	pthread_mutex_lock(&ch->mu);
 	ch->growing = false;
 	pthread_cond_broadcast(&ch->grown);

@@ -156,14 +156,14 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 
 			if (real.poll(&p, 1, 0) == 1)
 				r |= p.revents & (POLLOUT | POLLERR | POLLHUP);
-		} else if (s->tx_shut || fits(s->sess, s->sess->peer_ring / 4, false) ||
+		} else if (s->tx_shut || fits(s->sess, s->sess->tx_win / 4, false) ||
 			   ctl_get(s->sess, CW_CLOSED) || s->tcp_eof) {
 			r |= POLLOUT;
 		} else if (arm) {
 			struct wsd_session *ss = s->sess;
 
 			put_word(ss, W_TX, CW_SPACE_ARM, ++ss->space_gen);
-			if (fits(ss, ss->peer_ring / 4, false)) {
+			if (fits(ss, ss->tx_win / 4, false)) {
 				r |= POLLOUT;
 			} else if (mutual_wait(s) && stall_check(s)) {
 				struct pollfd p = { .fd = s->fd, .events = POLLOUT };

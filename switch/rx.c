@@ -56,14 +56,23 @@ bool rec_head(struct wsd_session *ss)
 	return rec_at(ss, ss->rx_pos, &r) > 0;
 }
 
+/*
+ * A receiver reports its position after a quarter of its ring, and at
+ * most this many bytes: a sender whose window is smaller than a large ring
+ * (slot.c) gets its room back as often as from a ring of its window's
+ * size.
+ */
+#define REPORT_MAX (64u << 10)
+
 /* rx_lock held: tell the sender about room, when it matters. */
 void report(struct wsd_sock *s, bool force)
 {
 	struct wsd_session *ss = s->sess;
 	bool armed = ctl_get(ss, CW_SPACE_ARM) !=
 		     ss->rung_space;
+	uint32_t every = ss->ring_size / 4 < REPORT_MAX ? ss->ring_size / 4 : REPORT_MAX;
 
-	if (force || armed || ss->rx_pos - ss->rx_reported >= ss->ring_size / 4) {
+	if (force || armed || ss->rx_pos - ss->rx_reported >= every) {
 		if (put_word(ss, W_RX, CW_CONSUMED, ss->rx_pos) == 0)
 			ss->rx_reported = ss->rx_pos;
 		ring_space(s);

@@ -134,10 +134,10 @@ void post_release(struct wsd_session *ss);
 int post_withdraw(struct wsd_sock *s, bool check_claim);
 void post_missed(struct wsd_session *ss);
 ssize_t send_posted(struct wsd_sock *s, struct cursor *c, bool split);
-bool zc_linger(struct wsd_sock *s);
+void zc_linger(struct wsd_sock *s);
 bool zc_split_timed(const struct wsd_session *ss, size_t len);
-bool zc_split_wanted(struct wsd_session *ss);
-void zc_split_learn(struct wsd_session *ss, bool split, size_t len, int64_t ns);
+bool zc_split_wanted(struct wsd_session *ss, int64_t now);
+void zc_split_learn(struct wsd_session *ss, size_t len, int64_t now);
 int zc_read(struct wsd_sock *s, struct wsd_zc *z, uint32_t at, struct cursor *c,
 	    size_t n);
 uint32_t zc_threshold(struct wsd_session *ss, bool as_receiver);

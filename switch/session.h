@@ -47,6 +47,17 @@ struct wsd_session {
 	 * (wsd-protocol(7), "Pages on demand") */
 	int64_t tx_page_ms;
 	uint32_t peer_ring;
+	/*
+	 * The sender's window (tx_lock): records go below it, a PAD skipping
+	 * the rest of the ring, so a connection that never streams touches
+	 * WIN_MIN of it; it doubles, to the ring, when the receiver drained
+	 * it fast and we still wait for room (tx_widen), and goes back when
+	 * the pages do.  When the last wait for room began and the receiver's
+	 * count then.
+	 */
+	uint32_t tx_win;
+	int64_t win_mark_ns;
+	uint64_t win_mark_c;
 	uint64_t tx_key;
 	/* staging for records (tx_lock) and single words (each its own) */
 	uint8_t *stage;
@@ -105,13 +116,18 @@ struct wsd_session {
 	/* the peer's offers we answered (tx_lock) */
 	uint64_t post_answered;
 	/*
-	 * Large blocking sends on shm (tx_lock): what each way cost, in ns
-	 * per MiB averaged (split: waiting for an offer and moving the bytes
-	 * in two parts; ring: copying them through the ring; 0 not yet
-	 * known), and how many there were (zc_split_wanted).
+	 * Large blocking sends on shm (tx_lock), timed in runs one way each
+	 * (zc_split_wanted): ns per MiB by the ring [0] and in two parts [1]
+	 * (0: not yet known), the way planned for the next run, the way this
+	 * one goes and the way that was cheaper, sends and bytes so far in
+	 * this run and its start, runs
+	 * until the other way is tried again and the gap after that.
 	 */
-	uint32_t cost_split, cost_ring;
-	uint64_t big_sends;
+	uint32_t run_cost[2];
+	bool run_plan, run_split, run_best;
+	uint32_t run_n, explore_in, explore_gap;
+	uint64_t run_bytes;
+	int64_t run_t0;
 	/* a wait for room both ends share, seen from poll (tx_lock) */
 	int64_t stall_since;
 	uint64_t stall_rx, stall_c;

@@ -38,11 +38,25 @@ uint32_t max_payload(struct wsd_session *ss)
  * pad to the ring's end if it does not fit before it.  FIN and SWITCH may
  * use the reserve.
  */
+/*
+ * Where records must end at the latest: the ring's end, or within a
+ * window smaller than the ring (slot.c) its end less the reserve for all
+ * but FIN, SWITCH and BACK.  A FIN or a BACK after any other record then
+ * goes below the window, in room that record left: a PAD to the ring's end
+ * would take far more than the reserve.
+ */
+static uint64_t win_end(const struct wsd_session *ss, bool reserve)
+{
+	if (ss->tx_win >= ss->peer_ring)
+		return ss->peer_ring;
+	return reserve ? ss->tx_win : ss->tx_win - REC_RESERVE;
+}
+
 bool fits(struct wsd_session *ss, uint32_t len, bool reserve)
 {
 	uint64_t off = ss->tx_pos % ss->peer_ring, need = rec_size(len);
 
-	if (off + need > ss->peer_ring)
+	if (off + need > win_end(ss, reserve))
 		need += ss->peer_ring - off;
 	return tx_room(ss) >= need + (reserve ? 0 : REC_RESERVE);
 }
@@ -103,8 +117,8 @@ int record_on(struct wsd_sock *s, struct wsd_session *ss, uint32_t type, struct 
 	struct wsd_rec *h = (struct wsd_rec *)ss->stage;
 	int r;
 
-	if (off + size > ss->peer_ring) {
-		uint32_t pad = (uint32_t)(ss->peer_ring - off);
+	if (off + size > win_end(ss, type == REC_FIN || type == REC_SWITCH || type == REC_BACK)) {
+		uint32_t pad = (uint32_t)(ss->peer_ring - off);   /* to the ring's end, from the window's */
 
 		h->len = pad;
 		h->type = REC_PAD;
@@ -275,6 +289,36 @@ bool stall_check(struct wsd_sock *s)
 }
 
 /*
+ * tx_lock held, no room for a record: widen the window when that is what
+ * holds the stream back, a receiver that drained half of it since the
+ * last wait began, within WIN_FAST_NS (a program streaming, at 128 MB/s or
+ * more through the smallest window).  A receiver that reads slowly, or not
+ * at all, keeps the window it has: its pages are not taken for nothing.
+ */
+#define WIN_FAST_NS 1000000
+
+static bool tx_widen(struct wsd_session *ss)
+{
+	uint64_t c = ctl_get(ss, CW_CONSUMED);
+	int64_t now;
+
+	if (ss->tx_win >= ss->peer_ring)
+		return false;
+	now = wsd_now_ns();
+	if (ss->win_mark_ns && now - ss->win_mark_ns < WIN_FAST_NS &&
+	    c - ss->win_mark_c >= ss->tx_win / 2) {
+		ss->tx_win = ss->tx_win * 2 < ss->peer_ring ? ss->tx_win * 2 : ss->peer_ring;
+		ss->win_mark_ns = 0;
+		return true;
+	}
+	if (!ss->win_mark_ns || now - ss->win_mark_ns >= WIN_FAST_NS) {
+		ss->win_mark_ns = now;
+		ss->win_mark_c = c;
+	}
+	return false;
+}
+
+/*
  * tx_lock held on entry and exit (dropped while sleeping): wait for room.
  * 0, 1 when this direction went back to the stream instead, or -errno.
  */
@@ -291,6 +335,8 @@ int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wait)
 		if (zc_wait ? ctl_get(ss, CW_ZC_DONE) >=
 			      ss->zc_sent : fits(ss, len, false))
 			return 0;
+		if (!zc_wait && tx_widen(ss))
+			continue;
 		if (faulted(ss))
 			return -ECONNRESET;
 		if (ctl_get(ss, CW_CLOSED) ||
@@ -339,8 +385,7 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 {
 	struct wsd_session *ss = s->sess;
 	size_t want = cur_left(c), done = 0;
-	int64_t t0 = 0;
-	bool split, zc_part = false;
+	bool timed = false, split = false, big, zc_part = false;
 	int r = 0;
 
 	if (s->tx_shut)
@@ -373,23 +418,30 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	 * A large blocking send on shm: when moving it in two parts at once
 	 * has been the faster way, wait briefly for the receiver's offer.
 	 */
-	split = !nonblock && zc_split_timed(ss, want);
-	if (split) {
-		t0 = wsd_now_ns();
-		split = zc_split_wanted(ss);
+	if (!nonblock && zc_split_timed(ss, want)) {
+		timed = true;
+		split = zc_split_wanted(ss, wsd_now_ns());
+		/*
+		 * When no offer comes in time the send goes by ring, and what
+		 * it cost, the wait included, is what choosing to wait cost.
+		 */
+		if (split)
+			zc_linger(s);
 	}
-	if (split && !zc_linger(s))
-		zc_split_learn(ss, true, 1, INT64_MAX);   /* no offer came: the ring, for now */
-	/* the receiver offered its buffer: write straight into it */
-	if (want >= POST_SEND_MIN) {
+	/*
+	 * The receiver offered its buffer: write straight into it, unless
+	 * this send was timed to go by ring (an offer left alone is void
+	 * when our records reach the receiver).
+	 */
+	if (want >= POST_SEND_MIN && (split || !timed)) {
 		ssize_t k = send_posted(s, c, !nonblock && ss->peer_map);
 
 		if (k < 0)
 			return k;
 		done = (size_t)k;
 		zc_part = k > 0;
-		if (t0 && done == want)
-			zc_split_learn(ss, true, done, wsd_now_ns() - t0);
+		if (timed && done == want)
+			zc_split_learn(ss, done, wsd_now_ns());
 		if (done == want)
 			return (ssize_t)done;
 	}
@@ -408,20 +460,28 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 			cur_skip(c, (size_t)n);
 		return n == -EPIPE ? epipe(flags) : n;
 	}
+	big = want >= 2 * POST_SEND_MIN && max_payload(ss) >= 2 * POST_SEND_MIN;
 	while (done < want) {
 		uint32_t len = max_payload(ss);
 
 		if (len > want - done)
 			len = (uint32_t)(want - done);
-		/* take what fits when it is at least a quarter of a record */
-		while (!fits(ss, len, false) && len > 4096)
+		/*
+		 * Take what fits when it is at least a quarter of a record.  A
+		 * large send's records are all large, its last too: a receiver
+		 * takes a small one that voids its offer for a program that
+		 * sends small messages (may_post), and stops offering.
+		 */
+		if (big && want - done - len && want - done - len < POST_SEND_MIN)
+			len = (uint32_t)(want - done - POST_SEND_MIN);
+		while (!fits(ss, len, false) && (big ? len >= 2 * POST_SEND_MIN : len > 4096))
 			len /= 2;
 		/*
 		 * Like the kernel's send buffer, a ring that ran full takes new
 		 * data (and polls writable) only when a quarter of it is free.
 		 */
-		if (!done && ss->tx_full && !fits(ss, ss->peer_ring / 4, false)) {
-			r = nonblock ? -EAGAIN : wait_room(s, ss->peer_ring / 4, false, false);
+		if (!done && ss->tx_full && !fits(ss, ss->tx_win / 4, false)) {
+			r = nonblock ? -EAGAIN : wait_room(s, ss->tx_win / 4, false, false);
 			if (r)
 				break;
 		}
@@ -437,8 +497,8 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		wsd_stat_add(s->stat, &s->stat->copy_tx, len);
 		ring_data(s);
 	}
-	if (t0 && done == want && !zc_part)
-		zc_split_learn(ss, false, done, wsd_now_ns() - t0);
+	if (timed && done == want && !zc_part)
+		zc_split_learn(ss, done, wsd_now_ns());
 	if (done || r == 1)
 		return (ssize_t)done;
 	if (r == -EAGAIN) {

@@ -45,7 +45,7 @@ static void params_init(void)
 
 	params.enabled = wsd_param_long("WSD_SWITCH") != 0;
 	if (ring < 16384 || ring > (64l << 20) || (ring & (ring - 1)))
-		ring = 262144;
+		ring = 0;   /* by path (chan.c) */
 	params.ring_size = (uint32_t)ring;
 	params.upgrade_bytes = (uint64_t)wsd_param_long("WSD_UPGRADE_BYTES");
 	params.upgrade_ns = (uint64_t)wsd_param_long("WSD_UPGRADE_US") * 1000;
