@@ -19,11 +19,13 @@
 #define SHM_SLOTS 16384              /* on shm, at most (the registration's 4 GiB bound them too) */
 /*
  * Rings by default (WSD_SWITCH_RING unset): on shm large, for streams, a
- * sender's window growing into one only while it streams (slot.c), so a
- * segment holds 511; on verbs, where the first segment is pinned, small.
+ * sender's window growing into one only while it streams (slot.c), so the
+ * first segment holds 511; on verbs, where the first segment is pinned,
+ * small.
  */
 #define SHM_RING (8u << 20)
 #define VERBS_RING (256u << 10)
+#define SHM_GROW_RING (256u << 10)   /* shm: an added segment's rings (or WSD_SWITCH_RING if smaller) */
 #define VERBS_SLOTS 64               /* verbs: the first segment's, of WSD_SWITCH_RING rings */
 #define VERBS_GROW_SLOTS 256         /* verbs: each added segment's */
 /*

@@ -138,8 +138,10 @@ static void shuts_taken(struct wsd_chan *ch)
 
 /*
  * mu held: every slot taken, may we add a segment?  The channel alive and
- * ours.  On shm one holds SHM_SLOTS of the default ring's size where
- * 4 GiB allows (511 of 8 MiB), and its pages exist only once written.
+ * ours.  On shm the first holds 511 slots of the default 8 MiB rings, and
+ * an added one 16,384 of SHM_GROW_RING (4 GiB each, the registration's
+ * bound): 10,000 connections between two processes still fit, and pages
+ * exist only once written.
  */
 static bool may_grow(const struct wsd_chan *ch)
 {
@@ -151,7 +153,8 @@ static bool may_grow(const struct wsd_chan *ch)
 static int grow(struct wsd_chan *ch)
 {
 	bool shm = ch->path == PATH_SHM;
-	uint32_t ring = shm || ch->ring < VERBS_GROW_RING ? ch->ring : VERBS_GROW_RING;
+	uint32_t grow_ring = shm ? SHM_GROW_RING : VERBS_GROW_RING;
+	uint32_t ring = ch->ring < grow_ring ? ch->ring : grow_ring;
 	int r;
 
 	ch->growing = true;

@@ -205,6 +205,28 @@ struct watch {
 	pthread_t th;
 };
 
+/*
+ * At a stall, for the log: the switch's view of our connections (wsd stat:
+ * path, reason, byte counts) and where each of our threads waits (its state
+ * and, from /proc, its kernel wait channel and system call).
+ */
+static void stall_report(void)
+{
+	char cmd[512];
+
+	if (getenv("WSD_BIN")) {
+		snprintf(cmd, sizeof(cmd), "%s stat %d >&2", getenv("WSD_BIN"), (int)getpid());
+		if (system(cmd) != 0)
+			fprintf(stderr, "(%s failed)\n", cmd);
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "for t in /proc/%d/task/*; do echo \"stress: thread ${t##*/}: "
+		 "$(cut -d' ' -f3 $t/stat) wchan $(cat $t/wchan) syscall $(cat $t/syscall)\"; "
+		 "done >&2", (int)getpid());
+	if (system(cmd) != 0)
+		fprintf(stderr, "(the threads could not be listed)\n");
+}
+
 /* Fail a run that stopped moving, rather than wait for the watchdog. */
 static void *watch_main(void *arg)
 {
@@ -224,6 +246,7 @@ static void *watch_main(void *arg)
 			fprintf(stderr, "stress: STALLED: nothing moved for %d s; %s sent %"
 				PRIu64 " of %" PRIu64 " bytes, %s received %" PRIu64 "\n",
 				STALL_S, w->name_tx, t, o.bytes, w->name_rx, r);
+			stall_report();
 			fflush(tr);
 			_exit(3);
 		}
