@@ -58,11 +58,11 @@ bool rec_head(struct wsd_session *ss)
 
 /*
  * A receiver reports its position after a quarter of its ring, and at
- * most this many bytes: a sender whose window is smaller than a large ring
- * (slot.c) gets its room back as often as from a ring of its window's
- * size.
+ * most a quarter of the smallest window: a sender whose window is smaller
+ * than a large ring gets its room back as often as from a ring of its
+ * window's size.
  */
-#define REPORT_MAX (64u << 10)
+#define REPORT_MAX (WIN_MIN / 4)
 
 /* rx_lock held: tell the sender about room, when it matters. */
 void report(struct wsd_sock *s, bool force)

@@ -102,6 +102,12 @@ ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags);
 int set_prefix(struct wsd_sock *s, const uint8_t *data, size_t len);
 
 /* tx.c: records written, send */
+/*
+ * The sender's smallest window (tx_win): a ring of this size or less is
+ * used whole.  Larger rings (shm's default) are for streams: the window
+ * grows into them while one runs (tx_widen).
+ */
+#define WIN_MIN (256u << 10)
 bool fits(struct wsd_session *ss, uint32_t len, bool reserve);
 int broken(struct wsd_sock *s, int r);
 /* ...into the ring of ss, a session not (yet) the socket's (its first bytes, tx.c) */

@@ -37,12 +37,11 @@
  * it has been idle IDLE_MS with the ring empty.
  */
 #define IDLE_MS 1000
-/*
- * The sender's smallest window (tx_win): a ring of this size or less is
- * used whole.  Larger rings (shm's default) are for streams: the window
- * grows into them while one runs (tx_widen).
- */
-#define WIN_MIN (256u << 10)
+/* The sender's window as it starts, and after its pages went back (WIN_MIN). */
+static uint32_t win_start(const struct wsd_session *ss)
+{
+	return ss->peer_ring < WIN_MIN ? ss->peer_ring : WIN_MIN;
+}
 
 struct wsd_session *wsd_session_new(struct wsd_chan *ch)
 {
@@ -147,7 +146,7 @@ void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
 	memcpy(ss->peer_desc, h->desc, sizeof(ss->peer_desc));
 	memcpy(ss->peer_nonce, h->nonce, sizeof(ss->peer_nonce));
 	ss->peer_ring = h->ring_size;
-	ss->tx_win = ss->peer_ring < WIN_MIN ? ss->peer_ring : WIN_MIN;
+	ss->tx_win = win_start(ss);
 	ss->tx_key = h->key;
 	ss->peer_seg = h->seg;
 	ss->peer_off = h->slot_off;
@@ -215,7 +214,7 @@ static void shrink(struct wsd_session *ss, int64_t now)
 	if (hi > lo)
 		madvise(ss->peer_map + lo, hi - lo, MADV_REMOVE);
 	ss->tx_page_ms = 0;
-	ss->tx_win = ss->peer_ring < WIN_MIN ? ss->peer_ring : WIN_MIN;
+	ss->tx_win = win_start(ss);
 }
 
 /* The channel's sweep (its mu held): an idle ring gives its pages back. */

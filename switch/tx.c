@@ -34,11 +34,6 @@ uint32_t max_payload(struct wsd_session *ss)
 }
 
 /*
- * tx_lock held.  Room for a record of len payload bytes at tx_pos, with the
- * pad to the ring's end if it does not fit before it.  FIN and SWITCH may
- * use the reserve.
- */
-/*
  * Where records must end at the latest: the ring's end, or within a
  * window smaller than the ring (slot.c) its end less the reserve for all
  * but FIN, SWITCH and BACK.  A FIN or a BACK after any other record then
@@ -52,6 +47,11 @@ static uint64_t win_end(const struct wsd_session *ss, bool reserve)
 	return reserve ? ss->tx_win : ss->tx_win - REC_RESERVE;
 }
 
+/*
+ * tx_lock held.  Room for a record of len payload bytes at tx_pos, with the
+ * pad to the ring's end if it does not end by win_end.  FIN, SWITCH and
+ * BACK may use the reserve.
+ */
 bool fits(struct wsd_session *ss, uint32_t len, bool reserve)
 {
 	uint64_t off = ss->tx_pos % ss->peer_ring, need = rec_size(len);
@@ -385,7 +385,7 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 {
 	struct wsd_session *ss = s->sess;
 	size_t want = cur_left(c), done = 0;
-	bool timed = false, split = false, big, zc_part = false;
+	bool timed = false, split = false, big;
 	int r = 0;
 
 	if (s->tx_shut)
@@ -439,7 +439,6 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		if (k < 0)
 			return k;
 		done = (size_t)k;
-		zc_part = k > 0;
 		if (timed && done == want)
 			zc_split_learn(ss, done, wsd_now_ns());
 		if (done == want)
@@ -497,7 +496,8 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		wsd_stat_add(s->stat, &s->stat->copy_tx, len);
 		ring_data(s);
 	}
-	if (timed && done == want && !zc_part)
+	/* part into an offer, the rest by ring: its time is in the run's, so its bytes are too */
+	if (timed && done == want)
 		zc_split_learn(ss, done, wsd_now_ns());
 	if (done || r == 1)
 		return (ssize_t)done;

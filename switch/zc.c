@@ -267,11 +267,10 @@ void zc_split_learn(struct wsd_session *ss, size_t len, int64_t now)
 	}
 	best = ss->run_cost[1] < ss->run_cost[0];
 	if (tried) {
-		ss->explore_gap = best == ss->run_best ?
-			(ss->explore_gap * 2 < EXPLORE_MAX ? ss->explore_gap * 2 : EXPLORE_MAX) :
-			EXPLORE_MIN;
-		if (ss->explore_gap < EXPLORE_MIN)
-			ss->explore_gap = EXPLORE_MIN;
+		uint32_t gap = 2 * ss->explore_gap;
+
+		gap = gap < EXPLORE_MIN ? EXPLORE_MIN : gap > EXPLORE_MAX ? EXPLORE_MAX : gap;
+		ss->explore_gap = best == ss->run_best ? gap : EXPLORE_MIN;
 		ss->explore_in = ss->explore_gap;
 	}
 	ss->run_best = best;

@@ -11,19 +11,9 @@
 #    whole, would be 16 MiB);
 #  - a stream of 1 MiB sends: more than 4 MiB (the window grew).
 set -u
-wsd=${top_builddir:-.}/wsd/wsd
-if [ ! -d /dev/shm ]; then
-	echo "SKIP: no /dev/shm, where the statistics files live"
-	exit 77
-fi
-tmp=$(mktemp -d)
-pids=
-cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+TOOLS=
+. "${srcdir:-.}/tests/sock/check_common.sh"
+die() { fail "$*"; exit 1; }
 # shm rings by default: no WSD_SWITCH_RING from the caller
 unset WSD_SWITCH_RING WSD_TRANSPORT
 
@@ -35,7 +25,7 @@ serve() {
 	n=0
 	until grep -q '^port' "$tmp/srv"; do
 		n=$((n + 1))
-		[ $n -lt 100 ] || fail "$1 printed no port: $(cat "$tmp/srv")"
+		[ $n -lt 100 ] || die "$1 printed no port: $(cat "$tmp/srv")"
 		sleep 0.1
 	done
 	port=$(awk '/^port/ { print $2 }' "$tmp/srv")
@@ -47,11 +37,11 @@ rss() {
 	n=0
 	while :; do
 		sleep 0.5
-		"$wsd" stat --channels >"$tmp/chans" 2>&1 || fail "wsd stat --channels: $(cat "$tmp/chans")"
+		"$wsd" stat --channels >"$tmp/chans" 2>&1 || die "wsd stat --channels: $(cat "$tmp/chans")"
 		row=$(awk -v p="$1" '$1 == p && $4 == "shm"' "$tmp/chans")
 		[ -n "$row" ] && [ $n -ge 3 ] && break
 		n=$((n + 1))
-		[ $n -lt 20 ] || fail "no shm channel row for pid $1: $(cat "$tmp/chans")"
+		[ $n -lt 20 ] || die "no shm channel row for pid $1: $(cat "$tmp/chans")"
 	done
 	peer=$(echo "$row" | awk '{ print $5 }')
 	awk -v a="$1" -v b="$peer" '($1 == a || $1 == b) && $7 > m { m = $7 } END { print m + 0 }' \
@@ -67,7 +57,7 @@ kill -9 $pids 2>/dev/null
 wait 2>/dev/null
 pids=
 [ "$small" -gt 0 ] && [ "$small" -le 2048 ] ||
-	{ cat "$tmp/chans"; fail "1 KiB round trips: the channel holds $small KiB (at most 2048)"; }
+	{ cat "$tmp/chans"; die "1 KiB round trips: the channel holds $small KiB (at most 2048)"; }
 echo "ok: 1 KiB round trips keep $small KiB of ring pages a process"
 
 serve tput-srv 127.0.0.1 1 -1
@@ -76,5 +66,6 @@ cli=$!
 pids="$pids $cli"
 big=$(rss "$cli")
 [ "$big" -gt 4096 ] ||
-	{ cat "$tmp/chans"; fail "a stream of 1 MiB sends: the channel holds $big KiB (the window did not grow)"; }
+	{ cat "$tmp/chans"; die "a stream of 1 MiB sends: the channel holds $big KiB (the window did not grow)"; }
 echo "ok: a stream of 1 MiB sends widened its window: $big KiB a process"
+exit $status
