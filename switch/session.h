@@ -9,6 +9,7 @@
 #include "switch/switch.h"
 #include "switch/wire.h"
 #include "switch/chan.h"
+#include "switch/winsize.h"
 
 struct wsd_chan;
 
@@ -53,9 +54,11 @@ struct wsd_session {
 	 * WIN_MIN of it; it doubles, to the ring, when the receiver drained
 	 * it fast and we still wait for room (tx_widen), and goes back when
 	 * the pages do.  When the last wait for room began and the receiver's
-	 * count then.
+	 * count then.  On shm, runs of large sends learn its size (win,
+	 * winsize.h): a smaller one takes effect at the ring's start.
 	 */
 	uint32_t tx_win;
+	struct wsd_winsize win;
 	int64_t win_mark_ns;
 	uint64_t win_mark_c;
 	uint64_t tx_key;
@@ -120,10 +123,11 @@ struct wsd_session {
 	 * (zc_split_wanted): ns per MiB by the ring [0] and in two parts [1]
 	 * (0: not yet known), the way planned for the next run, the way this
 	 * one goes and the way that was cheaper, sends and bytes so far in
-	 * this run and its start, runs
+	 * this run and its start (and the window then), runs
 	 * until the other way is tried again and the gap after that.
 	 */
 	uint32_t run_cost[2];
+	uint32_t run_win;
 	bool run_plan, run_split, run_best;
 	uint32_t run_n, explore_in, explore_gap;
 	uint64_t run_bytes;

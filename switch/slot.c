@@ -147,6 +147,7 @@ void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h)
 	memcpy(ss->peer_nonce, h->nonce, sizeof(ss->peer_nonce));
 	ss->peer_ring = h->ring_size;
 	ss->tx_win = win_start(ss);
+	winsize_init(&ss->win, ss->peer_ring);
 	ss->tx_key = h->key;
 	ss->peer_seg = h->seg;
 	ss->peer_off = h->slot_off;
@@ -214,7 +215,9 @@ static void shrink(struct wsd_session *ss, int64_t now)
 	if (hi > lo)
 		madvise(ss->peer_map + lo, hi - lo, MADV_REMOVE);
 	ss->tx_page_ms = 0;
+	/* the next stream grows its window again, and learns its size afresh */
 	ss->tx_win = win_start(ss);
+	winsize_init(&ss->win, ss->peer_ring);
 }
 
 /* The channel's sweep (its mu held): an idle ring gives its pages back. */

@@ -131,6 +131,9 @@ int record_on(struct wsd_sock *s, struct wsd_session *ss, uint32_t type, struct 
 		ss->tx_pos += pad;
 		off = 0;
 	}
+	/* a smaller window learnt (winsize.h) begins where nothing lies past it */
+	if (!off && ss->tx_win > ss->win.cap)
+		ss->tx_win = ss->win.cap;
 	h->len = len;
 	h->type = type;
 	h->stamp = ss->tx_pos ^ ss->tx_key;
@@ -302,12 +305,12 @@ static bool tx_widen(struct wsd_session *ss)
 	uint64_t c = ctl_get(ss, CW_CONSUMED);
 	int64_t now;
 
-	if (ss->tx_win >= ss->peer_ring)
+	if (ss->tx_win >= ss->win.cap)
 		return false;
 	now = wsd_now_ns();
 	if (ss->win_mark_ns && now - ss->win_mark_ns < WIN_FAST_NS &&
 	    c - ss->win_mark_c >= ss->tx_win / 2) {
-		ss->tx_win = ss->tx_win * 2 < ss->peer_ring ? ss->tx_win * 2 : ss->peer_ring;
+		ss->tx_win = ss->tx_win * 2 < ss->win.cap ? ss->tx_win * 2 : ss->win.cap;
 		ss->win_mark_ns = 0;
 		return true;
 	}

@@ -223,6 +223,7 @@ bool zc_split_wanted(struct wsd_session *ss, int64_t now)
 {
 	if (!ss->run_n) {
 		ss->run_t0 = now;
+		ss->run_win = ss->tx_win;
 		/*
 		 * Two parts only from an empty ring: the receiver offers once it
 		 * has read what the ring holds, and a run that waited for that
@@ -240,7 +241,7 @@ bool zc_split_wanted(struct wsd_session *ss, int64_t now)
  */
 void zc_split_learn(struct wsd_session *ss, size_t len, int64_t now)
 {
-	bool was = ss->run_split, tried = was != ss->run_best || !ss->run_cost[was], best;
+	bool was = ss->run_split, tried = was != ss->run_best || !ss->run_cost[was], best, count = true;
 	uint64_t v = UINT32_MAX / 4, ns = (uint64_t)(now - ss->run_t0);
 
 	ss->run_bytes += len;
@@ -257,8 +258,17 @@ void zc_split_learn(struct wsd_session *ss, size_t len, int64_t now)
 	 * not turn the choice; the other: a fresh measure replaces one from
 	 * long ago.
 	 */
-	ss->run_cost[was] = ss->run_cost[was] && !tried ?
-		(uint32_t)((3 * (uint64_t)ss->run_cost[was] + v) / 4) : (uint32_t)v;
+	/* by ring: the window's size learns from it too, and may try another */
+	if (!was) {
+		uint32_t win = winsize_run(&ss->win, ss->peer_ring, WIN_MIN, ss->run_win, ss->tx_win,
+					   (uint32_t)v, &count);
+
+		if (win > ss->tx_win)
+			ss->tx_win = win;
+	}
+	if (count)
+		ss->run_cost[was] = ss->run_cost[was] && !tried ?
+			(uint32_t)((3 * (uint64_t)ss->run_cost[was] + v) / 4) : (uint32_t)v;
 	ss->run_n = 0;
 	ss->run_bytes = 0;
 	if (!ss->run_cost[!was]) {
