@@ -28,6 +28,9 @@ static const struct wsd_param params[] = {
 	  "memory windows one shm endpoint can have bound at once" },
 	{ "WSD_SWITCH", "integer", "1",
 	  "0: the preloaded switch leaves every connection on kernel TCP" },
+	{ "WSD_CONF", "path", "/etc/wsd.conf",
+	  "the policy file: which connections the switch may accelerate (wsd.conf(5)); "
+	  "empty: none" },
 	{ "WSD_SWITCH_RING", "integer", "0",
 	  "bytes in each connection's receive ring (power of two, 16 KiB to 64 MiB; 0: 8 MiB "
 	  "on shm, a sender's window growing into it while it streams, 256 KiB on verbs)" },
@@ -57,12 +60,13 @@ static const struct wsd_param *find(const char *name)
 	abort(); /* a typo in the caller: fail loudly in tests */
 }
 
+/* A path's empty value is a value: no file (WSD_CONF). */
 const char *wsd_param_str(const char *name)
 {
 	const struct wsd_param *p = find(name);
 	const char *v = getenv(name);
 
-	return v && *v ? v : p->def;
+	return v && (*v || !strcmp(p->type, "path")) ? v : p->def;
 }
 
 long wsd_param_long(const char *name)
