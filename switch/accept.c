@@ -147,6 +147,7 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	struct wsd_chan *ch = q->ch;
 	struct wsd_chmsg a = { 0 };
 	int expect = UP_NONE;
+	enum policy_word pw;
 	enum wsd_reason why;
 	long ms;
 
@@ -155,9 +156,16 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 		set_reason(s, R_UNSUPPORTED);
 		return;
 	}
-	if (s->no_upgrade || !atomic_compare_exchange_strong(&s->upgrade_state, &expect,
-							      UP_RUNNING)) {
-		answer_no(q, s->no_upgrade ? (enum wsd_reason)s->why_not : R_REFUSED);
+	/* the policy file's word, unless the accept had it (its addresses unknown then) */
+	pw = policy_check(s);
+	if (pw == POLICY_TCP)
+		set_reason(s, R_POLICY);
+	if (pw == POLICY_LATER || s->no_upgrade ||
+	    !atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_RUNNING)) {
+		why = s->no_upgrade ? (enum wsd_reason)s->why_not : R_REFUSED;
+		wsd_debug("switch: fd %d: its peer's %s declined: %s", s->fd,
+			  q->boxed ? "posted OPEN" : q->ch ? "OPEN" : "HELLO", wsd_reason_name(why));
+		answer_no(q, why);
 		return;
 	}
 	why = R_RESOURCES;
@@ -487,7 +495,13 @@ void wsd_upgrade_box(struct wsd_sock *s)
 	const char *why = NULL;
 	int idx;
 
-	if (s->listening || s->connected_side || s->sess || s->no_upgrade ||
+	/*
+	 * One kept on TCP (the policy, stdio, an io_uring) looks all the same:
+	 * an OPEN posted for it is declined with its reason at once, where
+	 * left alone it would hold its poster's first bytes until taken back,
+	 * and come again by message.
+	 */
+	if (s->listening || s->connected_side || s->sess ||
 	    atomic_load(&s->upgrade_state) != UP_NONE)
 		return;
 	if (!wsd_chan_box_any()) {
@@ -579,6 +593,12 @@ void wsd_upgrade_accepted(struct wsd_sock *s)
 {
 	struct pending **pp, *p, *hit = NULL, *old = NULL;
 
+	/*
+	 * The policy file's word first: wsd stat says it from the accept on,
+	 * and a request that came before is declined with it (below).
+	 */
+	if (wsd_switch_params()->enabled && policy_check(s) == POLICY_TCP)
+		set_reason(s, R_POLICY);
 	wsd_upgrade_box(s);
 
 	pthread_mutex_lock(&pend_lock);

@@ -18,6 +18,7 @@
 #include "provider/fault.h"
 #include "provider/internal.h"
 #include "switch/chan.h"
+#include "switch/policy.h"
 #include "switch/session.h"
 #include "switch/upgrade_int.h"
 
@@ -401,8 +402,9 @@ static bool start_worker(void)
 
 void wsd_upgrade_prestart(void)
 {
+	/* (a policy that keeps every connection on TCP asks for no upgrade: nothing to start) */
 	if (__atomic_load_n(&worker_up, __ATOMIC_RELAXED) || !wsd_switch_params()->enabled ||
-	    !wsd_guard_room(START_FDS, 0))
+	    wsd_policy_all_tcp(wsd_policy_get()) || !wsd_guard_room(START_FDS, 0))
 		return;
 	pthread_mutex_lock(&up_lock);
 	start_worker();
@@ -432,6 +434,9 @@ static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 		return;
 	}
 	p = wsd_switch_params();
+	/* the policy file may keep it on TCP: its reason published below, as any other */
+	if (p->enabled && policy_check(s) == POLICY_LATER)
+		return;
 	if (s->no_upgrade || !p->enabled) {
 		if (atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_FAILED))
 			set_reason(s, p->enabled ? (enum wsd_reason)s->why_not : R_DISABLED);

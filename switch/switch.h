@@ -23,8 +23,8 @@
  * the ring, the proof), back.c (back to the stream, fork and exec), tx.c
  * (send), rx.c (receive), zc.c (zero copy), wait.c (sleeping, spinning),
  * ready.c (readiness), close.c (shutdown, close); upgrade.c (registry and
- * handshake), guard.c (keeping sockets on TCP), stat.c (counters published
- * for `wsd stat`).
+ * handshake), guard.c (keeping sockets on TCP), policy.c (the policy file,
+ * wsd.conf(5)), stat.c (counters published for `wsd stat`).
  */
 #ifndef WSD_SWITCH_H
 #define WSD_SWITCH_H
@@ -133,6 +133,7 @@ enum wsd_reason {
 	R_SHARED,          /* the peer's listener is shared with processes it forked */
 	R_MOVED,           /* ...and one of those has the connection: ask its registry */
 	R_CLOSED,          /* the program closed it before its upgrade was asked */
+	R_POLICY,          /* a rule of the policy file (wsd.conf(5)), ours or the peer's */
 	R_NREASONS
 };
 
@@ -165,6 +166,7 @@ static inline const char *wsd_reason_name(unsigned r)
 		[R_SHARED] = "shared",
 		[R_MOVED] = "moved",
 		[R_CLOSED] = "closed",
+		[R_POLICY] = "policy",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
 
@@ -263,6 +265,7 @@ struct wsd_sock {
 	bool rx_ready_sent;
 
 	bool accel;                  /* data may move outside the kernel stream */
+	bool policy_ok;              /* mu: the policy file let it upgrade (upgrade.c) */
 	bool no_upgrade;             /* never upgrade: why_not says why */
 	uint8_t why_not;             /* enum wsd_reason for no_upgrade */
 	bool detached;               /* a fork child's copy of an upgraded socket */

@@ -2,9 +2,10 @@
 /*
  * Upgrade: finding out whether the peer runs wsd, and taking a connection
  * over when it does (wsd-protocol(7), "Handshake", "Channels").  This file
- * holds what both sides share: the parameters, the SPI instance, the
- * addresses, the handshake messages, and fork; accept.c is the listening
- * side, connect.c the connecting side (upgrade_int.h between them).
+ * holds what both sides share: the parameters, the policy file's word on
+ * a connection, the SPI instance, the addresses, the handshake messages,
+ * and fork; accept.c is the listening side, connect.c the connecting side
+ * (upgrade_int.h between them).
  *
  * A listening socket registers its port with the SPI: an SPI listener on
  * the same port number, which on the shm transport is an abstract unix
@@ -30,6 +31,7 @@
 #include "provider/fault.h"
 #include "provider/internal.h"
 #include "switch/chan.h"
+#include "switch/policy.h"
 #include "switch/session.h"
 #include "switch/upgrade_int.h"
 
@@ -76,6 +78,48 @@ void set_reason(struct wsd_sock *s, enum wsd_reason r)
 	wsd_stat_end(s->stat);
 	if (r != R_NONE && r != R_PENDING && r != R_LISTENER)
 		wsd_stat_add(s->stat, &s->stat->fallbacks, 1);
+}
+
+/* ---- the policy file ---------------------------------------------------------- */
+
+enum policy_word policy_check(struct wsd_sock *s)
+{
+	struct wsd_policy_conn c = { .program = program_invocation_short_name };
+	const struct wsd_policy *pol;
+	enum wsd_policy_action act;
+	enum policy_word w = POLICY_OK;
+	unsigned line;
+
+	if (s->policy_ok || s->no_upgrade)
+		return POLICY_OK;
+	pol = wsd_policy_get();
+	if (pol->needs_addr) {
+		if (learn_tuple(s))
+			return POLICY_LATER;
+		to_addr(&s->local, &c.local);
+		to_addr(&s->peer, &c.peer);
+	}
+	act = wsd_policy_match(pol, &c, &line);
+	/* both sides may ask at once (the accept, a request): one marks it */
+	pthread_mutex_lock(&s->mu);
+	if (!s->no_upgrade && act == WSD_POLICY_TCP) {
+		s->no_upgrade = true;
+		s->why_not = R_POLICY;
+		w = POLICY_TCP;
+	} else if (!s->no_upgrade) {
+		s->policy_ok = true;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (w == POLICY_TCP) {
+		(void)learn_tuple(s);   /* wsd stat names the connection */
+		if (line)
+			wsd_debug("switch: fd %d stays on TCP: policy, %s:%u", s->fd, pol->path,
+				  line);
+		else
+			wsd_debug("switch: fd %d stays on TCP: policy (%s unusable)", s->fd,
+				  pol->path);
+	}
+	return w;
 }
 
 /* ---- the SPI instance -------------------------------------------------------- */

@@ -49,6 +49,18 @@ extern WSPPROC_TABLE procs;
 extern WSAPROTOCOL_INFO proto;
 
 void set_reason(struct wsd_sock *s, enum wsd_reason r);
+/*
+ * The policy file's word on s (switch/policy.h, wsd.conf(5)), taken once,
+ * by the side that would ask for the upgrade (upgrade_maybe) and by the
+ * side that would grant it (wsd_upgrade_accepted, server_attach): each
+ * end decides for itself.  POLICY_TCP: this call kept s on TCP
+ * (no_upgrade, why_not R_POLICY), and the caller publishes the reason;
+ * POLICY_LATER: s's addresses, which a rule looks at, are not known yet
+ * (a connect under way), so ask again at the next call; POLICY_OK
+ * otherwise (also when s was kept on TCP before, for any reason).
+ */
+enum policy_word { POLICY_OK, POLICY_TCP, POLICY_LATER };
+enum policy_word policy_check(struct wsd_sock *s);
 /* An address as wsd stat keeps it (an IPv4-mapped IPv6 one as IPv4). */
 void to_addr(const struct sockaddr_storage *ss, struct wsd_stat_addr *a);
 /* The 4-tuple of a connected socket, learnt once (and published). */

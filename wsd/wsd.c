@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "provider/internal.h"
+#include "switch/policy.h"
 #include "wsd/cmd.h"
 
 static int usage(FILE *f)
@@ -16,6 +17,43 @@ static int usage(FILE *f)
 		   "                 [--port N] [--svg FILE] | wsd bench --serve [--port N]\n"
 		   "see wsd(1)\n");
 	return f == stderr ? 2 : 0;
+}
+
+/*
+ * The policy a program started here would follow (wsd.conf(5)): its file,
+ * each rule with its line, and the default; or why there is none.
+ */
+static void print_policy(void)
+{
+	static struct wsd_policy pol;   /* large: a table of rules */
+	char text[WSD_POLICY_LINE + 64];
+
+	wsd_policy_read(&pol);
+	if (!pol.path[0]) {
+		printf("policy: none (WSD_CONF is empty): every connection may be accelerated\n");
+		return;
+	}
+	if (pol.broken) {
+		if (pol.err_line)
+			printf("policy: %s:%u: %s\n", pol.path, pol.err_line, pol.err);
+		else
+			printf("policy: %s: %s\n", pol.path, pol.err);
+		printf("  every connection stays on TCP (reason policy)\n");
+		return;
+	}
+	if (!pol.found) {
+		printf("policy: %s (not there): every connection may be accelerated\n", pol.path);
+		return;
+	}
+	printf("policy: %s\n", pol.path);
+	for (unsigned i = 0; i < pol.nrules; i++) {
+		wsd_policy_rule_text(&pol.rule[i], text, sizeof(text));
+		printf("  line %-4u %s\n", pol.rule[i].line, text);
+	}
+	if (pol.def_line)
+		printf("  line %-4u default %s\n", pol.def_line, wsd_policy_action_name(pol.def));
+	else
+		printf("  default   %s (no default line)\n", wsd_policy_action_name(pol.def));
 }
 
 static int cmd_info(void)
@@ -50,6 +88,7 @@ static int cmd_info(void)
 	for (size_t i = 0; i < n; i++)
 		printf("  %-18s %-7s default %-8s now %-8s %s\n", p[i].name, p[i].type, p[i].def,
 		       wsd_param_str(p[i].name), p[i].help);
+	print_policy();
 	return 0;
 }
 
