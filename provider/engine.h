@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "provider/private.h"
+
 struct wsd_engine {
 	struct io_uring ring;
 	int ready;
@@ -23,21 +25,13 @@ struct wsd_engine {
  * switch moves a program's connections back to TCP when the program makes
  * an io_uring of its own (it could move socket bytes no preload sees), and
  * must not count ours.  wsd_uring_own_call is true inside them; a ring fd
- * of ours answers true to wsd_uring_is_own.
+ * of ours answers true to wsd_uring_is_own.  What the switch calls of this
+ * (wsd_uring_own_call, wsd_uring_foreign, wsd_fd_named) is in
+ * provider/private.h: it leaves libwsd.so for libwsd-preload.so.
  */
 WSD_ENGINE_API int wsd_uring_init(unsigned entries, struct io_uring *ring);
 WSD_ENGINE_API void wsd_uring_exit(struct io_uring *ring);
 WSD_ENGINE_API bool wsd_uring_is_own(int fd);
-/*
- * fd is an io_uring and not one of ours, both read under the lock that our
- * rings are made and closed under (a look at /proc and a look at the list
- * apart could see one of ours as it closes).
- */
-WSD_ENGINE_API bool wsd_uring_foreign(int fd);
-WSD_ENGINE_API extern __thread bool wsd_uring_own_call;
-
-/* fd (on) or no longer (off) closed in a fork child: a listener's registry socket. */
-WSD_ENGINE_API void wsd_fd_named(int fd, bool on);
 
 WSD_ENGINE_API int wsd_engine_init(struct wsd_engine *e);
 WSD_ENGINE_API void wsd_engine_fini(struct wsd_engine *e);

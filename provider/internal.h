@@ -12,6 +12,7 @@
 
 #include "wsd/nd.h"
 #include "provider/engine.h"
+#include "provider/private.h"
 
 #define WSD_HIDDEN __attribute__((visibility("hidden")))
 
@@ -241,13 +242,6 @@ WSD_HIDDEN int wsd_cq_attach(struct nd_cq *cq, int fd);
 WSD_HIDDEN void wsd_cq_detach(struct nd_cq *cq, int fd);
 WSD_HIDDEN void wsd_cq_kick(struct nd_cq *cq);
 
-/* self.c: this process's pid, and unguessable bytes, without a system call each time */
-WSD_HIDDEN pid_t wsd_pid(void);
-/* n bytes from the kernel's generator, by the batch: 0 or -errno */
-WSD_HIDDEN int wsd_random(void *buf, size_t n);
-/* a fork child: its own pid, none of its parent's bytes (atfork; switch/raw.c) */
-WSD_HIDDEN void wsd_self_forget(void);
-
 /* Monotonic clock, for deadlines and spin periods. */
 static inline int64_t wsd_now_ns(void)
 {
@@ -273,31 +267,9 @@ struct wsd_param {
 	const char *help;
 };
 WSD_HIDDEN const struct wsd_param *wsd_params(size_t *count);
-WSD_HIDDEN long wsd_param_long(const char *name);
-WSD_HIDDEN const char *wsd_param_str(const char *name);
-WSD_HIDDEN int64_t wsd_spin_ns(void);
-/* A line to stderr when WSD_DEBUG is set. */
+/* (wsd_param_long, wsd_param_str, wsd_spin_ns, wsd_debug: provider/private.h) */
 WSD_HIDDEN void wsd_cq_quiet(struct nd_cq *cq);
-WSD_HIDDEN void wsd_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/*
- * The library's own threads at work (counted from their creation until
- * their first wait, then for each unit of work).  fork waits for 0 before
- * it goes on: an allocator without fork handling (the sanitizers') would
- * otherwise leave the child a lock one of them held, and the child's first
- * allocation of that size waits for ever.
- *
- * wsd_threads_hold, the last thing before fork, holds each thread that
- * wakes at its next wsd_threads_work and waits up to ms for the others to
- * reach a wait; wsd_threads_release lets them go (after fork, in the
- * parent and the child).  A thread back from a wait calls wsd_threads_work
- * before it touches anything, and wsd_threads_rest before it waits again
- * (or ends).
- */
-WSD_HIDDEN extern _Atomic int wsd_threads_busy;
-WSD_HIDDEN void wsd_threads_hold(int ms);
-WSD_HIDDEN void wsd_threads_release(void);
-WSD_HIDDEN void wsd_threads_work(void);
-WSD_HIDDEN void wsd_threads_rest(void);
+/* the library's threads at work (wsd_threads_*): provider/private.h */
 
 #endif
