@@ -267,6 +267,13 @@ int WSPRegisterRdmaMemory(SOCKET s, void *lpBuffer, uint32_t dwBufferLength,
 int WSPDeregisterRdmaMemory(SOCKET s, void *lpRdmaBufferDescriptor,
 			    uint32_t dwDescriptorLength, int *lpErrno);
 int WSPMemoryRegistrationCacheCallback(void *lpvAddress, size_t Size, int *lpErrno);
+/*
+ * The process promises that the registration cache hears of all memory
+ * going away, through WSPMemoryRegistrationCacheCallback (libwsd-hooks.so
+ * and wsd run's preload make the promise for it): from now on the cache
+ * keeps registrations after their last user.  Returns 0.
+ */
+int wsd_rcache_enable(void);
 
 /* ---- RDMA -------------------------------------------------------------- */
 

@@ -3,7 +3,8 @@
  * Memory for the SPI.  Local buffers go through a registration cache: a
  * registration covering the range with the rights asked for is reused, and
  * kept (unused, least recently used first out) after its last user is gone,
- * until WSPMemoryRegistrationCacheCallback says its memory is going away.
+ * until WSPMemoryRegistrationCacheCallback says its memory is going away
+ * (only in a process that has said it will: wsd_rcache_enable).
  * Buffers offered to the peer (WSPRegisterRdmaMemory) take their region from
  * the same cache, with the peer's rights kept apart (WSP_RC_REMOTE_*), and
  * each gets a memory window bound on the connection and invalidated when it
@@ -36,14 +37,27 @@ static long page_size(void)
 	return ps;
 }
 
+/*
+ * Whether the process tells the cache of memory going away: set once, by
+ * wsd_rcache_enable (the memory hooks of libwsd-preload.so or
+ * libwsd-hooks.so when they stand first in the process, or an integrator
+ * that calls WSPMemoryRegistrationCacheCallback itself).  Until then no
+ * registration is kept past its last user: a buffer freed and another
+ * allocated at its address would otherwise be served the old registration.
+ */
+static atomic_bool reported;
+
+int wsd_rcache_enable(void)
+{
+	atomic_store_explicit(&reported, true, memory_order_relaxed);
+	return 0;
+}
+
 static unsigned cache_limit(void)
 {
-	static _Atomic int hooked = -1;
 	long n = wsd_param_long("WSD_RCACHE_ENTRIES");
 
-	if (hooked < 0)
-		hooked = wsp_hooks_first && wsp_hooks_first();
-	if (!hooked)
+	if (!atomic_load_explicit(&reported, memory_order_relaxed))
 		return 0;   /* a freed buffer's registration would outlive it unseen */
 	return n > 0 && n < 1000000 ? (unsigned)n : 256;
 }

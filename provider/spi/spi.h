@@ -179,12 +179,6 @@ WSD_HIDDEN void wsp_rc_put(struct wsp_provider *pv, struct rc_entry *e);
 WSD_HIDDEN struct rc_entry *wsp_rc_find(struct wsp_provider *pv, uint64_t handle);
 WSD_HIDDEN void wsp_rc_drop_all(struct wsp_provider *pv);
 WSD_HIDDEN void wsp_rc_invalidate(const void *addr, size_t size);
-/*
- * hooks.c, in the shared library only (weak: NULL elsewhere): whether a free
- * in this process passes through the hooks, so that the cache may keep a
- * registration after its last user.
- */
-WSD_HIDDEN bool wsp_hooks_first(void) __attribute__((weak));
 WSD_HIDDEN void wsp_rdma_release_all(struct wsp_socket *s);
 
 /* port.c */
