@@ -1,15 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The registration cache forgets memory that goes away: freed, unmapped,
- * remapped or discarded.  Linked against the shared libwsd.so, whose
- * memory hooks stand in front of the C library's.
+ * remapped or discarded.  Linked against libwsd.so and libwsd-hooks.so,
+ * as an integrator who opts in: the hooks stand in front of the C
+ * library's and say so (wsd_rcache_enable).
  *
- * Built a second time as rcache_nohook_test (NO_HOOKS): a free ahead of the
- * hooks (the program's own here; ASan's in a sanitizer build, whose
- * allocator also unmaps by its own system calls) means the cache cannot
- * hear of memory going away, so it keeps no registration after its last
- * user: a buffer freed and another allocated at its address would be
- * written through the old, pinned pages.
+ * Built twice more.  rcache_nohook_test (NO_HOOKS) links libwsd.so alone:
+ * the cache cannot hear of memory going away, so it keeps no registration
+ * after its last user (a buffer freed and another allocated at its address
+ * would be written through the old, pinned pages), until the program
+ * promises to report what goes away itself.  rcache_ahead_test
+ * (FREE_AHEAD) links the hooks but has a free of its own ahead of them
+ * (ASan's is, in a sanitizer build, and its allocator also unmaps by its
+ * own system calls): the hooks see that and promise nothing.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -54,8 +57,7 @@ static void *region(size_t n)
 	return p;
 }
 
-#ifdef NO_HOOKS
-#ifndef WSD_SANITIZERS
+#if defined(FREE_AHEAD) && !defined(WSD_SANITIZERS)
 /* the program's own free, first in the lookup order: the hooks' is not called */
 extern void __libc_free(void *p);
 
@@ -65,6 +67,7 @@ void free(void *p)
 }
 #endif
 
+#if defined(NO_HOOKS) || defined(FREE_AHEAD)
 START_TEST(not_kept_without_hooks)
 {
 	void *p = region(65536);
@@ -82,6 +85,60 @@ START_TEST(not_kept_without_hooks)
 }
 END_TEST
 #endif
+
+#ifdef NO_HOOKS
+/*
+ * A program without hooks that promises to report what goes away: the cache
+ * keeps what nobody uses, and forgets it when told.
+ */
+START_TEST(kept_when_reported)
+{
+	void *p = region(65536);
+	int err;
+	uint64_t a;
+
+	ck_assert_int_eq(wsd_rcache_enable(), 0);
+	a = WSPRegisterMemory(s, p, 65536, MEM_READWRITE, &err);
+	ck_assert(a);
+	ck_assert(handle_known(a));
+	ck_assert(WSPRegisterMemory(s, p, 4096, MEM_READ, &err) == a);
+	ck_assert(handle_known(a));
+	/* the program's report, before the memory goes */
+	ck_assert_int_eq(WSPMemoryRegistrationCacheCallback(p, 65536, &err), 0);
+	ck_assert(!handle_known(a));
+	ck_assert_int_eq(munmap(p, 65536), 0);
+}
+END_TEST
+#endif
+
+/*
+ * What a program does: free a registered buffer after its last use and
+ * allocate again, often at the same address.  The new buffer's
+ * registration is its own, hooks or not.
+ */
+START_TEST(freed_then_reallocated)
+{
+	int err;
+
+	for (int i = 0; i < 8; i++) {
+		uint8_t *p = malloc(1 << 20), *q;
+		uint64_t a, b;
+
+		ck_assert(p);
+		memset(p, i, 1 << 20);
+		a = WSPRegisterMemory(s, p, 1 << 20, MEM_READWRITE, &err);
+		ck_assert(a);
+		ck_assert(handle_known(a));
+		free(p);
+		q = malloc(1 << 20);
+		ck_assert(q);
+		b = WSPRegisterMemory(s, q, 1 << 20, MEM_READWRITE, &err);
+		ck_assert(b && b != a);
+		ck_assert(handle_known(b));
+		free(q);
+	}
+}
+END_TEST
 
 START_TEST(cached_until_released)
 {
@@ -157,10 +214,14 @@ int main(void)
 	TCase *tc;
 
 	setenv("WSD_TRANSPORT", "shm", 1);
-#ifdef NO_HOOKS
+#if defined(NO_HOOKS) || defined(FREE_AHEAD)
 	tc = t_case("nohooks", 0, NULL);
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, not_kept_without_hooks);
+	tcase_add_test(tc, freed_then_reallocated);
+#ifdef NO_HOOKS
+	tcase_add_test(tc, kept_when_reported);
+#endif
 	return t_run("rcache_nohooks", tc);
 #endif
 #ifdef WSD_SANITIZERS
@@ -174,6 +235,7 @@ int main(void)
 	tcase_add_test(tc, cached_until_released);
 	tcase_add_test(tc, unused_neighbours_taken_in);
 	tcase_add_test(tc, freed);
+	tcase_add_test(tc, freed_then_reallocated);
 	tcase_add_test(tc, unmapped_remapped_discarded);
 	return t_run("rcache_hooks", tc);
 }

@@ -1,11 +1,12 @@
 #!/bin/sh
-# wsd run: preloads libwsd.so ahead of what is already preloaded, turns
+# wsd run: preloads libwsd-preload.so ahead of what is already preloaded, turns
 # options into runtime parameters, names setuid programs, and the program
 # runs as it would without it.
 set -u
 wsd=${top_builddir:-.}/wsd/wsd
-# In a sanitizer build libwsd.so carries the ASan runtime, which then loads
-# after the (uninstrumented) programs run here; let it.  No effect otherwise.
+# In a sanitizer build libwsd-preload.so carries the ASan runtime, which
+# then loads after the (uninstrumented) programs run here; let it.  No
+# effect otherwise.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -13,12 +14,21 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 out=$(LD_PRELOAD= "$wsd" run -- sh -c 'echo "$LD_PRELOAD"') || fail "wsd run -- sh failed"
 case $out in
-*libwsd.so*) echo "ok: LD_PRELOAD=$out" ;;
-*) fail "libwsd.so not preloaded: '$out'" ;;
+*/libwsd-preload.so) echo "ok: LD_PRELOAD=$out" ;;
+*) fail "libwsd-preload.so not preloaded: '$out'" ;;
 esac
+# loaded, with the libwsd.so of this build beside it (a preload the loader
+# cannot load is only a warning, and the program would run without wsd)
+top=$(cd "${top_builddir:-.}" && pwd)
+maps=$("$wsd" run -- sh -c 'cat /proc/$$/maps' 2>"$tmp/err") || fail "wsd run -- sh failed: $(cat "$tmp/err")"
+echo "$maps" | grep -q " $top/.libs/libwsd-preload.so\$" ||
+	fail "libwsd-preload.so is not mapped in the program: $(cat "$tmp/err")"
+echo "$maps" | grep -q " $top/.libs/libwsd.so.0.0.0\$" ||
+	fail "the build's libwsd.so is not mapped beside the preload: $(echo "$maps" | grep libwsd)"
+echo "ok: the switch and this build's libwsd.so are loaded"
 out=$(LD_PRELOAD=/nonexistent/x.so "$wsd" run -- sh -c 'echo "$LD_PRELOAD"' 2>/dev/null)
 case $out in
-*libwsd.so:/nonexistent/x.so) echo "ok: kept the earlier preload after ours" ;;
+*/libwsd-preload.so:/nonexistent/x.so) echo "ok: kept the earlier preload after ours" ;;
 *) fail "earlier LD_PRELOAD not kept: '$out'" ;;
 esac
 out=$("$wsd" run --transport shm --spin-us 7 --debug -- sh -c 'echo $WSD_TRANSPORT $WSD_SPIN_US $WSD_DEBUG')

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wsd run: start a program with libwsd.so preloaded and the runtime
- * parameters the options give.  A setuid or setgid program is named, not
- * silently left slow: the loader ignores LD_PRELOAD for it.
+ * wsd run: start a program with the switch (libwsd-preload.so) preloaded
+ * and the runtime parameters the options give.  A setuid or setgid program
+ * is named, not silently left slow: the loader ignores LD_PRELOAD for it.
  */
 #define _GNU_SOURCE   /* dl_iterate_phdr, in a sanitizer build */
 #include <errno.h>
@@ -30,9 +30,10 @@ static int find_asan(struct dl_phdr_info *info, size_t size, void *data)
 #endif
 
 /*
- * A sanitizer build's libwsd.so needs the sanitizer runtime loaded before
- * anything else, or its interceptors and ours meet uninitialised: preload
- * the runtime this command itself runs with, first.  NULL otherwise.
+ * A sanitizer build's libwsd-preload.so (and the libwsd.so it loads) needs
+ * the sanitizer runtime loaded before anything else, or its interceptors
+ * and ours meet uninitialised: preload the runtime this command itself
+ * runs with, first.  NULL otherwise.
  */
 static const char *sanitizer_runtime(void)
 {
@@ -46,8 +47,9 @@ static const char *sanitizer_runtime(void)
 #endif
 }
 
-#ifndef WSD_LIBDIR
-#define WSD_LIBDIR "/usr/local/lib"
+/* the installed switch: $(pkglibdir)/libwsd-preload.so, from the Makefile */
+#ifndef WSD_PRELOAD
+#define WSD_PRELOAD "/usr/local/lib/wsd/libwsd-preload.so"
 #endif
 
 static int usable(const char *path)
@@ -56,8 +58,9 @@ static int usable(const char *path)
 }
 
 /*
- * libwsd.so: --lib, WSD_LIB, the build tree next to this program
- * (.libs/libwsd.so when run from a build), or the installed one.
+ * The switch: --lib, WSD_LIB, the build tree next to this program
+ * (.libs/libwsd-preload.so when run from a build, which finds the build's
+ * libwsd.so by its run path), or the installed one.
  */
 static const char *find_library(const char *opt, char *buf, size_t len)
 {
@@ -76,17 +79,16 @@ static const char *find_library(const char *opt, char *buf, size_t len)
 		slash = strrchr(self, '/');
 		if (slash) {
 			*slash = '\0';
-			/* a libtool build: wsd/.libs/wsd or wsd/wsd next to .libs/libwsd.so */
-			snprintf(buf, len, "%s/../.libs/libwsd.so", self);
+			/* a libtool build: wsd/.libs/wsd or wsd/wsd next to .libs/ */
+			snprintf(buf, len, "%s/../.libs/libwsd-preload.so", self);
 			if (usable(buf))
 				return buf;
-			snprintf(buf, len, "%s/../../.libs/libwsd.so", self);
+			snprintf(buf, len, "%s/../../.libs/libwsd-preload.so", self);
 			if (usable(buf))
 				return buf;
 		}
 	}
-	snprintf(buf, len, "%s/libwsd.so.0", WSD_LIBDIR);
-	return usable(buf) ? buf : NULL;
+	return usable(WSD_PRELOAD) ? WSD_PRELOAD : NULL;
 }
 
 /* The file execvp would run for name, or NULL. */
@@ -154,7 +156,7 @@ int cmd_run(int argc, char **argv)
 	argv += i + 1;
 	lib = find_library(lib_opt, libbuf, sizeof(libbuf));
 	if (!lib) {
-		fprintf(stderr, "wsd run: libwsd.so not found (give --lib or WSD_LIB)\n");
+		fprintf(stderr, "wsd run: libwsd-preload.so not found (give --lib or WSD_LIB)\n");
 		return 1;
 	}
 	prog = resolve(argv[0], progbuf, sizeof(progbuf));
