@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The switch: libwsd.so's socket layer.  Internal to libwsd.so.
+ * The switch: the socket layer of libwsd-preload.so, which `wsd run`
+ * preloads.  Internal to it; it calls the provider in libwsd.so.
  *
  * Every AF_INET/AF_INET6 stream socket the program creates or accepts gets a
  * struct wsd_sock, found from its fd (and from every dup of it).  It starts

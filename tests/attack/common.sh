@@ -3,8 +3,9 @@
 # pids killed, and fail, now_ms, wait_exit and wait_file.
 wsd=${top_builddir:-.}/wsd/wsd
 prog=${top_builddir:-.}/tests/attack/tuple
-# In a sanitizer build libwsd.so carries the ASan runtime, loaded after the
-# program's own (and after an attacker's shim): let it, as run_pair.sh does.
+# In a sanitizer build libwsd-preload.so carries the ASan runtime, loaded
+# after the program's own (and after an attacker's shim): let it, as
+# run_pair.sh does.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
 tmp=$(mktemp -d)
 pids=

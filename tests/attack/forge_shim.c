@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * An attacker's tool, for tests/attack/tuple_check.sh: preloaded ahead of
- * libwsd.so, it makes getsockname() report the local port in
+ * libwsd-preload.so, it makes getsockname() report the local port in
  * WSD_FORGE_PORT for every IPv4 or IPv6 socket, so the attacker's own
  * switch names another program's TCP connection in its connect request.
  */

@@ -178,7 +178,7 @@ static int open_conn(struct conn *c, int port, const char **why)
 	 * One region and one stage for every case, registered anew on each
 	 * connection: memory freed and allocated again at the same address
 	 * would meet the provider's registration cache still holding the old
-	 * pages (libwsd.so's memory hooks, which would tell it, are not here).
+	 * pages (the memory hooks, which would tell it, are not here).
 	 */
 	if (!region)
 		region = aligned_alloc(4096, (P_CTL + RING + 4095) / 4096 * 4096);

@@ -23,8 +23,9 @@ wsd=${top_builddir:-.}/wsd/wsd
 name=$(basename "$prog")
 # each program has its own 60 s watchdog; this one is in case it never fires
 bound="timeout -k 5 180"
-# In a sanitizer build libwsd.so carries the ASan runtime, loaded after the
-# program's own; let it (as tests/wsd_run_check.sh does).  No effect otherwise.
+# In a sanitizer build libwsd-preload.so carries the ASan runtime, loaded
+# after the program's own; let it (as tests/wsd_run_check.sh does).  No
+# effect otherwise.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
 
 tmp=$(mktemp -d)
