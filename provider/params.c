@@ -23,7 +23,8 @@ static const struct wsd_param params[] = {
 	{ "WSD_SHM_RING_SIZE", "integer", "262144",
 	  "bytes in each direction's shared-memory ring (power of two, 4 KiB to 64 MiB)" },
 	{ "WSD_RCACHE_ENTRIES", "integer", "256",
-	  "unused memory registrations the SPI keeps for reuse, per provider instance" },
+	  "unused memory registrations the SPI keeps for reuse, per provider instance, "
+	  "once freed memory is reported (wsd_rcache_enable: the memory hooks)" },
 	{ "WSD_SHM_WINDOWS", "integer", "256",
 	  "memory windows one shm endpoint can have bound at once" },
 	{ "WSD_SWITCH", "integer", "1",
