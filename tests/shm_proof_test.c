@@ -599,8 +599,8 @@ START_TEST(owner_check_other_netns)
 		info[1] = ntohs(a.sin_port);
 		if (write(pp[1], info, sizeof(info)) != (ssize_t)sizeof(info))
 			_exit(1);
-		(void)read(go[0], &c, 1);   /* until the parent has looked */
-		_exit(0);
+		/* until the parent has looked (its end closed counts too) */
+		_exit(read(go[0], &c, 1) < 0);
 	}
 	close(pp[1]);
 	close(go[0]);
