@@ -4,6 +4,8 @@
 #   ./build.sh check   install what is missing, build, run the whole test suite
 #   ./build.sh asan    the same tests in a separate AddressSanitizer/UBSan build
 #   ./build.sh bench   build and print the benchmarks' figures (bench_nd, wsd bench)
+#   ./build.sh deb     build the Debian packages (libwsd0, libwsd-dev, wsd) into
+#                      _build-deb/ and check them with lintian
 set -eu
 cd "$(dirname "$0")"
 
@@ -15,9 +17,9 @@ cd "$(dirname "$0")"
 PACKAGES="build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev
 liburing-dev check qemu-system-x86 iperf3 sockperf python3 ucx-utils clang libclang-rt-14-dev"
 
-install_missing() {
+install_missing() {   # [PACKAGE...]: these, else $PACKAGES
 	missing=""
-	for p in $PACKAGES; do
+	for p in ${*:-$PACKAGES}; do
 		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing="$missing $p"
 	done
@@ -57,6 +59,18 @@ asan)
 	 make -j"$(nproc)" &&
 	 WSD_VM_STRESS_BYTES=${WSD_VM_STRESS_BYTES:-256M} make -j"$(nproc)" check)
 	;;
+deb)
+	install_missing
+	install_missing debhelper dpkg-dev fakeroot lintian
+	dir=_build-deb
+	rm -rf "$dir"
+	mkdir "$dir"
+	# from a clean clone of what is committed, as asan builds
+	git clone -q . "$dir/wsd"
+	(cd "$dir/wsd" && dpkg-buildpackage -us -uc -b)
+	lintian --fail-on error --info "$dir"/wsd_*.changes
+	ls -l "$dir"/*.deb
+	;;
 bench)
 	install_missing
 	build
@@ -66,7 +80,7 @@ bench)
 	./wsd/wsd bench --svg wsd-bench.svg
 	;;
 *)
-	echo "usage: ./build.sh demo|check|asan|bench" >&2
+	echo "usage: ./build.sh demo|check|asan|bench|deb" >&2
 	exit 2
 	;;
 esac
