@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 src=$(pwd)
 debs=_build-deb
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: installing packages needs root"; exit 77; }
-ls "$debs"/libwsd0_*.deb "$debs"/libwsd-dev_*.deb "$debs"/wsd_*.deb >/dev/null 2>&1 ||
+ls "$debs"/libwsd0_*.deb "$debs"/libwsd-hooks0_*.deb "$debs"/libwsd-dev_*.deb \
+	"$debs"/wsd_*.deb >/dev/null 2>&1 ||
 	{ echo "FAIL: no packages in $debs (run ./build.sh deb first)"; exit 1; }
-for p in wsd libwsd-dev libwsd0; do
+for p in wsd libwsd-dev libwsd-hooks0 libwsd0; do
 	if dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed"; then
 		echo "FAIL: $p is installed already: this test would remove it"
 		exit 1
@@ -23,13 +24,15 @@ tmp=$(mktemp -d)
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 cleanup() {
-	DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq wsd libwsd-dev libwsd0 >/dev/null 2>&1
+	DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq wsd libwsd-dev libwsd-hooks0 libwsd0 \
+		>/dev/null 2>&1
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	./"$debs"/libwsd0_*.deb ./"$debs"/libwsd-dev_*.deb ./"$debs"/wsd_*.deb >"$tmp/apt" 2>&1 ||
+	./"$debs"/libwsd0_*.deb ./"$debs"/libwsd-hooks0_*.deb ./"$debs"/libwsd-dev_*.deb \
+	./"$debs"/wsd_*.deb >"$tmp/apt" 2>&1 ||
 	{ cat "$tmp/apt"; echo "FAIL: apt-get install"; exit 1; }
 
 # far from the build tree, so that nothing of it is found by accident
