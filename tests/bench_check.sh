@@ -42,7 +42,8 @@ check() {   # check OUTPUT SVG
 	grep -Eq "^bench: memcpy_1MiB_one_core_MBps hot [1-9][0-9]* cold [1-9][0-9]*$" "$1" ||
 		fail "no memcpy limits"
 	grep -q "^bench: wsd_runs_not_accelerated 0$" "$1" ||
-		fail "a wsd run was not accelerated: $(grep not_accelerated "$1")"
+		fail "a wsd run was not accelerated: $(grep not_accelerated "$1")
+$(grep "not accelerated" "${1%.out}.err")"
 	python3 -c 'import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); assert d.documentElement.tagName == "svg"; assert len(d.getElementsByTagName("rect")) == 22' "$2" ||
 		fail "the chart is not an SVG with 22 bars"
 }

@@ -201,8 +201,10 @@ void bench_check_path(int *off_path, int wsd, const char *line)
 {
 	const char *p = strstr(line, " path ");
 
-	if (wsd && (!p || !bench_fast(p + 6)))
+	if (wsd && (!p || !bench_fast(p + 6))) {
 		(*off_path)++;
+		fprintf(stderr, "wsd bench: a wsd run was not accelerated: %s\n", line);
+	}
 }
 
 static void measure_tput(const struct bench_opts *o, const char *host, struct results *res)
