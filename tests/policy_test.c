@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "switch/policy.h"
+#include "tests/pair.h"
 
 /* A policy is large (a table of rules): one per test, on the heap. */
 static struct wsd_policy *pol;
@@ -539,12 +540,9 @@ START_TEST(files)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
-	Suite *s = suite_create("policy");
-	TCase *tc = tcase_create("policy");
-	SRunner *sr;
-	int failed;
+	TCase *tc = t_case("policy", argc, argv);
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, parse_good);
@@ -556,10 +554,5 @@ int main(void)
 	tcase_add_test(tc, programs);
 	tcase_add_test(tc, limits);
 	tcase_add_test(tc, files);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return t_run("policy", tc);
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "switch/winsize.h"
+#include "tests/pair.h"
 
 #define KIB 1024u
 #define MIB (1024u * KIB)
@@ -200,12 +201,9 @@ START_TEST(smallest_ring_tries_nothing)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
-	Suite *s = suite_create("winsize");
-	TCase *tc = tcase_create("learn");
-	SRunner *sr;
-	int failed;
+	TCase *tc = t_case("learn", argc, argv);
 
 	tcase_add_test(tc, growing_tries_nothing);
 	tcase_add_test(tc, smaller_wins);
@@ -215,10 +213,5 @@ int main(void)
 	tcase_add_test(tc, moved_under_trial);
 	tcase_add_test(tc, gap_bounded);
 	tcase_add_test(tc, smallest_ring_tries_nothing);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return t_run("winsize", tc);
 }
