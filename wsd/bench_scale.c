@@ -165,6 +165,16 @@ static void hold_once(const struct bench_opts *o, bool wsd, int n, int secs, str
 		h->fds[p] = count_fds(pid[p]);
 		h->pss_kb[p] = pss_kb(pid[p]);
 	}
+	/* a connection left on TCP: its row of wsd stat says why (its reason) */
+	if (wsd && (h->accel[0] < h->conns || h->accel[1] < h->conns)) {
+		char cmd[192];
+
+		snprintf(cmd, sizeof(cmd), "/proc/%d/exe stat | awk 'NR == 1 || ($6 != \"shm\" && "
+			 "$6 != \"verbs\" && $7 != \"listener\")' >&2", (int)getpid());
+		fprintf(stderr, "wsd bench: %d connections, not all on shm or verbs:\n", h->conns);
+		if (system(cmd) != 0)
+			fprintf(stderr, "wsd bench: wsd stat failed\n");
+	}
 	h->done = h->fds[0] > 0 && h->fds[1] > 0 && h->pss_kb[0] >= 0 && h->pss_kb[1] >= 0;
 	if (!h->done)
 		snprintf(h->why, sizeof(h->why), "/proc could not be read");
