@@ -23,6 +23,10 @@ set -u
 local=
 TOOLS="python3 timeout"
 . "${srcdir:-.}/tests/sock/check_common.sh"
+# the python3 programs' shared helpers (tests/sock/echo.py)
+PYTHONPATH="$(cd "${srcdir:-.}/tests/sock" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH
+export PYTHONDONTWRITEBYTECODE=1   # nothing written beside the sources
 
 cat >"$tmp/server.py" <<'EOF'
 import socket, sys, threading
@@ -56,44 +60,15 @@ print("server echoed %d bytes" % sum(echoed))
 EOF
 
 cat >"$tmp/client.py" <<'EOF'
-import ctypes, os, socket, sys, time
+import os, socket, sys, time
+import echo as e
+from echo import echo, path, until_shm
 port, tmp, want = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 # With a local port: a first connection is made and accelerated, so that
 # the one from that port, the one looked at, is asked for on the channel
 # the first made, from its connect, its first bytes written into the
 # peer's ring ahead of the answer (libwsd(7), When a connection is upgraded).
 local = int(sys.argv[4]) if len(sys.argv) > 4 else 0
-path_of = ctypes.CDLL(None).wsd_switch_path
-path_of.restype = ctypes.c_char_p
-path_of.argtypes = [ctypes.c_int]
-sent = 0
-
-def echo(s, n, seed, piece=1 << 16):
-    global sent
-    for off in range(0, n, piece):
-        data = bytes((i * 7 + seed + sent) & 0xff for i in range(min(piece, n - off)))
-        s.sendall(data)
-        got = bytearray()
-        while len(got) < len(data):
-            b = s.recv(len(data) - len(got))
-            if not b:
-                sys.exit("the server ended the stream early")
-            got += b
-        if bytes(got) != data:
-            sys.exit("the echo differs from what was sent")
-        sent += len(data)
-
-def path(s):
-    p = path_of(s.fileno())
-    return p.decode() if p else None
-
-# the switch upgrades in the background: wait for it (5 s at most)
-def until_shm(s):
-    end = time.time() + 5
-    while path(s) != "shm" and time.time() < end:
-        echo(s, 4096, 2)
-        time.sleep(0.01)
-
 first = None
 if local:
     first = socket.create_connection(("127.0.0.1", port))
@@ -122,7 +97,7 @@ for c in (s, first):
         if c.recv(1):
             sys.exit("bytes after the echo")
         c.close()
-print("client sent and got back %d bytes" % sent)
+print("client sent and got back %d bytes" % e.sent)
 EOF
 
 # check.py STAT PORT LOCAL WANT-CLIENT WANT-SERVER REGISTRY: the two ends

@@ -10,6 +10,10 @@
 set -u
 TOOLS="python3 timeout"
 . "${srcdir:-.}/tests/sock/check_common.sh"
+# the python3 programs' shared helpers (tests/sock/echo.py)
+PYTHONPATH="$(cd "${srcdir:-.}/tests/sock" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH
+export PYTHONDONTWRITEBYTECODE=1   # nothing written beside the sources
 
 cat >"$tmp/server.py" <<'EOF'
 import socket, sys
@@ -29,41 +33,17 @@ c.close()
 EOF
 
 cat >"$tmp/client.py" <<'EOF'
-import ctypes, os, socket, subprocess, sys, time
+import os, socket, subprocess, sys, time
+from echo import echo, path as path_of, until_shm
 port, tmp = int(sys.argv[1]), sys.argv[2]
-path_of = ctypes.CDLL(None).wsd_switch_path
-path_of.restype = ctypes.c_char_p
-path_of.argtypes = [ctypes.c_int]
 s = socket.create_connection(("127.0.0.1", port))
-sent = 0
-
-def echo(n, seed):
-    # in pieces of 64 KiB: a whole 4 MiB sent before reading would fill
-    # both ends' buffers (the switch then goes back to the stream for good)
-    global sent
-    for off in range(0, n, 1 << 16):
-        data = bytes((i * 7 + seed + sent) & 0xff for i in range(min(1 << 16, n - off)))
-        s.sendall(data)
-        got = bytearray()
-        while len(got) < len(data):
-            b = s.recv(len(data) - len(got))
-            if not b:
-                sys.exit("the server ended the stream early")
-            got += b
-        if bytes(got) != data:
-            sys.exit("the echo differs from what was sent")
-        sent += len(data)
 
 def path():
-    p = path_of(s.fileno())
-    return p.decode() if p else None
+    return path_of(s)
 
 # the switch upgrades lazily: traffic, then wait for the move (5 s at most)
-echo(512 << 10, 1)
-end = time.time() + 5
-while path() != "shm" and time.time() < end:
-    echo(4096, 2)
-    time.sleep(0.01)
+echo(s, 512 << 10, 1)
+until_shm(s)
 if path() != "shm":
     sys.exit("the connection is on %s before subprocess.run, not shm" % path())
 print("on shm before subprocess.run, local port %d" % s.getsockname()[1])
@@ -76,13 +56,13 @@ if r.stdout != b"child ok\n":
     sys.exit("the child printed %r" % r.stdout)
 if path() != "shm":
     sys.exit("the connection is on %s after subprocess.run, not shm" % path())
-echo(4 << 20, 3)
+echo(s, 4 << 20, 3)
 print("after subprocess.run: still on shm, 4 MiB echoed")
 open(tmp + "/port", "w").write("%d\n" % s.getsockname()[1])
 # wsd stat is read now; then the rest
 while not os.path.exists(tmp + "/go"):
     time.sleep(0.02)
-echo(1 << 20, 4)
+echo(s, 1 << 20, 4)
 s.close()
 print("client done")
 EOF
