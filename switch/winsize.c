@@ -6,14 +6,12 @@
  * larger one touches new pages), then one run at the trial's size is
  * compared with the known cost.  A trial that is not at least 1/32 cheaper
  * loses: noise does not move the window.  After a loss the next trial goes
- * the other way, twice as many runs later (up to WINSIZE_GAP_MAX); after a
+ * the other way, twice as many runs later (trial_gap); after a
  * win, the same way soon.  Once a trial was made, the window grows only by
  * trials: the size learnt is its cap.
  */
 #include "switch/winsize.h"
 
-#define WINSIZE_GAP_MIN 4u
-#define WINSIZE_GAP_MAX 256u
 
 void winsize_init(struct wsd_winsize *w, uint32_t ring)
 {
@@ -24,8 +22,7 @@ void winsize_init(struct wsd_winsize *w, uint32_t ring)
 static uint32_t settle_on(struct wsd_winsize *w, uint32_t size, uint32_t gap)
 {
 	w->cap = size;
-	w->gap = gap < WINSIZE_GAP_MIN ? WINSIZE_GAP_MIN : gap > WINSIZE_GAP_MAX ? WINSIZE_GAP_MAX : gap;
-	w->in = w->gap;
+	w->in = w->gap = gap;
 	w->trial = 0;
 	w->phase = WINSIZE_IDLE;
 	return size;
@@ -52,10 +49,10 @@ uint32_t winsize_run(struct wsd_winsize *w, uint32_t ring, uint32_t min, uint32_
 			*count = true;
 			w->ref = v;
 			w->ref_at = w->trial;
-			return settle_on(w, w->trial, WINSIZE_GAP_MIN);
+			return settle_on(w, w->trial, trial_gap(w->gap, false));
 		}
 		w->up = !w->up;
-		return settle_on(w, w->back, 2 * w->gap);
+		return settle_on(w, w->back, trial_gap(w->gap, true));
 	default:
 		break;
 	}
@@ -64,7 +61,7 @@ uint32_t winsize_run(struct wsd_winsize *w, uint32_t ring, uint32_t min, uint32_
 		w->ref = win_then == win_now ? v : 0;
 		w->ref_at = win_now;
 		if (!w->gap)
-			w->in = w->gap = WINSIZE_GAP_MIN;
+			w->in = w->gap = TRIAL_GAP_MIN;
 		return win_now;
 	}
 	/*
@@ -86,7 +83,7 @@ uint32_t winsize_run(struct wsd_winsize *w, uint32_t ring, uint32_t min, uint32_
 	if (!up && win_now / 2 < min)
 		up = true;
 	if (up && win_now > ring / 2) {
-		w->in = WINSIZE_GAP_MAX;   /* a ring of the smallest window: nothing to try */
+		w->in = TRIAL_GAP_MAX;   /* a ring of the smallest window: nothing to try */
 		return win_now;
 	}
 	w->up = up;

@@ -26,6 +26,20 @@
 
 enum { WINSIZE_IDLE, WINSIZE_SETTLE, WINSIZE_MEASURE };
 
+/*
+ * Runs until the next trial, for this learner and zc.c's choice of way
+ * alike: after a trial that lost, twice the last gap, up to
+ * TRIAL_GAP_MAX; after one that won, TRIAL_GAP_MIN.
+ */
+#define TRIAL_GAP_MIN 4u
+#define TRIAL_GAP_MAX 256u
+static inline uint32_t trial_gap(uint32_t gap, bool lost)
+{
+	if (!lost || gap < TRIAL_GAP_MIN / 2)
+		return TRIAL_GAP_MIN;
+	return gap >= TRIAL_GAP_MAX / 2 ? TRIAL_GAP_MAX : 2 * gap;
+}
+
 struct wsd_winsize {
 	uint32_t cap;        /* the largest the window may be: the ring, or the size learnt */
 	uint32_t ref;        /* ns per MiB of runs at ref_at (0: not known) */

@@ -205,13 +205,11 @@ bool zc_split_timed(const struct wsd_session *ss, size_t len)
  * TRY_SENDS long, since that way may cost several times the other (two
  * parts from a source not in the caches, measured on 2026-11-27: 0.5 ms a
  * MiB against the ring's 0.06).  After one that did not win, the next
- * comes twice as many runs later, up to EXPLORE_MAX; one that won resets
+ * comes twice as many runs later, up to TRIAL_GAP_MAX; one that won resets
  * the gap.
  */
 #define RUN_SENDS 16
 #define TRY_SENDS 4
-#define EXPLORE_MIN 4u
-#define EXPLORE_MAX 256u
 
 /*
  * tx_lock held, a blocking send that zc_split_timed starting at now: wait
@@ -277,10 +275,8 @@ void zc_split_learn(struct wsd_session *ss, size_t len, int64_t now)
 	}
 	best = ss->run_cost[1] < ss->run_cost[0];
 	if (tried) {
-		uint32_t gap = 2 * ss->explore_gap;
-
-		gap = gap < EXPLORE_MIN ? EXPLORE_MIN : gap > EXPLORE_MAX ? EXPLORE_MAX : gap;
-		ss->explore_gap = best == ss->run_best ? gap : EXPLORE_MIN;
+		/* the best way unchanged: the try lost */
+		ss->explore_gap = trial_gap(ss->explore_gap, best == ss->run_best);
 		ss->explore_in = ss->explore_gap;
 	}
 	ss->run_best = best;
