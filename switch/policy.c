@@ -27,6 +27,9 @@
 #include "provider/internal.h"
 #include "switch/policy.h"
 
+/* An IPv4-mapped IPv6 address's first 12 bytes: the rest is the IPv4 address. */
+static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+
 void wsd_policy_init(struct wsd_policy *p, const char *path)
 {
 	memset(p, 0, sizeof(*p));
@@ -106,7 +109,6 @@ static int parse_ports(struct wsd_policy *p, unsigned line, const char *w,
 static int parse_address(struct wsd_policy *p, unsigned line, const char *w,
 			 struct wsd_policy_addr *a)
 {
-	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
 	const char *slash = strchr(w, '/');
 	char ip[INET6_ADDRSTRLEN], b[48];
 	size_t len = slash ? (size_t)(slash - w) : strlen(w);
@@ -358,7 +360,6 @@ int wsd_policy_read(struct wsd_policy *p)
 
 static bool addr_match(const struct wsd_policy_addr *a, const struct wsd_stat_addr *c)
 {
-	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
 	const uint8_t *ca = c->addr;
 	unsigned family = c->family;
 
