@@ -41,6 +41,10 @@ check() {   # check OUTPUT SVG
 		fail "the cold stream was not measured: $(grep -A3 '== 1 MiB, one' "$1")"
 	grep -Eq "^bench: memcpy_1MiB_one_core_MBps hot [1-9][0-9]* cold [1-9][0-9]*$" "$1" ||
 		fail "no memcpy limits"
+	grep -Eq "^bench: two_threads_cold_MBps one_copy [1-9][0-9]* two_copies [1-9][0-9]*$" "$1" ||
+		fail "no two-thread limits"
+	grep -Eq "^bench: cpu0_cpu1_round_trip_ns before [1-9][0-9]* after [1-9][0-9]*$" "$1" ||
+		fail "no round trip between the two CPUs"
 	grep -q "^bench: wsd_runs_not_accelerated 0$" "$1" ||
 		fail "a wsd run was not accelerated: $(grep not_accelerated "$1")
 $(grep "not accelerated" "${1%.out}.err")"

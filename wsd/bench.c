@@ -449,6 +449,10 @@ static void verdicts(const struct results *res, unsigned ran)
 	if (ran & BENCH_STREAM) {
 		printf("bench: memcpy_1MiB_one_core_MBps hot %.0f cold %.0f\n", res->stream.memcpy[0],
 		       res->stream.memcpy[1]);
+		printf("bench: two_threads_cold_MBps one_copy %.0f two_copies %.0f\n",
+		       res->stream.threads[0], res->stream.threads[1]);
+		printf("bench: cpu0_cpu1_round_trip_ns before %.0f after %.0f\n", res->stream.trip[0],
+		       res->stream.trip[1]);
 		bench_verdict("stream_1MiB_reused_ratio",
 			      bench_ratio(res->stream.mbs[0][1], res->stream.mbs[0][0]), ">=", 3, "");
 		bench_verdict("stream_1MiB_cold_vs_memcpy_cold",

@@ -74,6 +74,8 @@ void bench_ucx(int rounds, double *bw_mbs, double *lat_us);
 struct bench_stream_res {
 	double mbs[2][2];       /* [reused buffer, 256 MiB source][plain, wsd] MB/s */
 	double memcpy[2];       /* one core's memcpy of the same: [hot, cold] MB/s */
+	double threads[2];      /* two threads, CPU 1 to 0, cold source: [one copy, two] MB/s */
+	double trip[2];         /* a cache line's round trip CPU 0-1, ns: [before, after] */
 	int off_path;           /* wsd runs whose connection took another path */
 };
 

@@ -9,7 +9,10 @@
  * cold stream must agree.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +80,174 @@ static void memcpy_limits(int rounds, double secs, double out[2])
 	free(dst);
 }
 
+/* ---- what the two CPUs allow between them, measured without wsd ---------------------- */
+
+static bool pin(int cpu)
+{
+	cpu_set_t one;
+
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	return sched_setaffinity(0, sizeof(one), &one) == 0;
+}
+
+/*
+ * Two threads, the consumer on CPU 0 (the server's), the producer on CPU 1
+ * (the client's), sharing one word for the round trip, or a 1 MiB buffer
+ * in 64 KiB slots for the copy: the producer copies the 256 MiB source
+ * into it in order, the consumer reads every word of each slot, copying
+ * the slot out first (two copies, as through a ring) or not (one copy, as
+ * when the sender writes into the receiver's buffer).
+ */
+#define SLOT (64u << 10)
+#define SLOTS 16u
+#define TRIPS 100000
+
+struct duo {
+	_Atomic uint64_t word __attribute__((aligned(64)));
+	_Atomic uint64_t head __attribute__((aligned(64)));   /* bytes the producer put */
+	_Atomic uint64_t tail __attribute__((aligned(64)));   /* bytes the consumer took */
+	_Atomic bool stop;
+	bool two;
+	double secs;
+	uint8_t *src, *ring, *dst;
+};
+
+static void *trip_cpu1(void *arg)
+{
+	struct duo *d = arg;
+
+	if (pin(1))
+		for (uint64_t i = 1; i < 2 * TRIPS; i += 2) {
+			while (atomic_load_explicit(&d->word, memory_order_acquire) != i)
+				;
+			atomic_store_explicit(&d->word, i + 1, memory_order_release);
+		}
+	return NULL;
+}
+
+/* ns a cache line takes from CPU 0 to CPU 1 and back, or 0. */
+static double round_trip_ns(void)
+{
+	struct duo d = { 0 };
+	cpu_set_t was;
+	pthread_t t;
+	double t0, ns = 0;
+
+	if (sched_getaffinity(0, sizeof(was), &was) || !pin(0))
+		return 0;
+	if (!pthread_create(&t, NULL, trip_cpu1, &d)) {
+		t0 = bench_now();
+		for (uint64_t i = 0; i < 2 * TRIPS; i += 2) {
+			while (atomic_load_explicit(&d.word, memory_order_acquire) != i)
+				;
+			atomic_store_explicit(&d.word, i + 1, memory_order_release);
+		}
+		ns = (bench_now() - t0) * 1e9 / TRIPS;
+		pthread_join(t, NULL);
+	}
+	(void)sched_setaffinity(0, sizeof(was), &was);
+	return ns;
+}
+
+static void *copy_producer(void *arg)
+{
+	struct duo *d = arg;
+	uint64_t at = 0;
+
+	if (!pin(1)) {
+		atomic_store(&d->stop, true);
+		return NULL;
+	}
+	for (;;) {
+		while (at - atomic_load_explicit(&d->tail, memory_order_acquire) >= SLOTS * SLOT)
+			if (atomic_load_explicit(&d->stop, memory_order_relaxed))
+				return NULL;
+		memcpy(d->ring + at % (SLOTS * SLOT), d->src + at % SOURCE, SLOT);
+		at += SLOT;
+		atomic_store_explicit(&d->head, at, memory_order_release);
+	}
+}
+
+/* The consumer's MB/s over about d->secs, or 0. */
+static double copy_rate(struct duo *d)
+{
+	uint64_t at = 0, sum = 0;
+	pthread_t t;
+	double t0;
+
+	atomic_store(&d->head, 0);
+	atomic_store(&d->tail, 0);
+	atomic_store(&d->stop, false);
+	if (pthread_create(&t, NULL, copy_producer, d))
+		return 0;
+	t0 = bench_now();
+	do {
+		for (int i = 0; i < 16; i++) {
+			const uint64_t *w = (const uint64_t *)(d->ring + at % (SLOTS * SLOT));
+
+			while (atomic_load_explicit(&d->head, memory_order_acquire) < at + SLOT)
+				if (atomic_load_explicit(&d->stop, memory_order_relaxed))
+					goto out;
+			if (d->two) {
+				memcpy(d->dst + at % MIB, w, SLOT);
+				w = (const uint64_t *)(d->dst + at % MIB);
+			}
+			for (size_t k = 0; k < SLOT / 8; k++)
+				sum += w[k];
+			at += SLOT;
+			atomic_store_explicit(&d->tail, at, memory_order_release);
+		}
+	} while (bench_now() - t0 < d->secs);
+out:
+	t0 = bench_now() - t0;
+	atomic_store(&d->stop, true);
+	pthread_join(t, NULL);
+	__asm__ __volatile__("" : : "r"(sum));
+	return t0 > 0 ? (double)at / t0 / 1e6 : 0;
+}
+
+/*
+ * Two threads moving the 256 MiB source from CPU 1 to CPU 0 with every
+ * word read there: with one copy and with two, MB/s, medians of rounds.
+ * What placing the two CPUs allows any design that copies through memory
+ * both share.
+ */
+static void thread_limits(int rounds, double secs, double out[2])
+{
+	struct duo *d = aligned_alloc(64, sizeof(*d));
+	double v[2][BENCH_MAXR];
+	cpu_set_t was;
+
+	out[0] = out[1] = 0;
+	if (!d)
+		return;
+	memset(d, 0, sizeof(*d));
+	d->src = mmap(NULL, SOURCE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	d->ring = malloc(SLOTS * SLOT);
+	d->dst = malloc(MIB);
+	d->secs = secs;
+	if (d->src != MAP_FAILED && d->ring && d->dst && !sched_getaffinity(0, sizeof(was), &was) &&
+	    pin(0)) {
+		memset(d->src, 0x5a, SOURCE);
+		memset(d->ring, 0, SLOTS * SLOT);
+		memset(d->dst, 0, MIB);
+		for (int r = 0; r < rounds; r++)
+			for (int k = 0; k < 2; k++) {
+				d->two = k;
+				v[k][r] = copy_rate(d);
+			}
+		out[0] = bench_median(v[0], rounds);
+		out[1] = bench_median(v[1], rounds);
+		(void)sched_setaffinity(0, sizeof(was), &was);
+	}
+	if (d->src != MAP_FAILED)
+		munmap(d->src, SOURCE);
+	free(d->ring);
+	free(d->dst);
+	free(d);
+}
+
 void bench_stream(const struct bench_opts *o, const char *host, struct bench_stream_res *res)
 {
 	static const char *const modes[2] = { "hot", "cold" };
@@ -86,7 +257,9 @@ void bench_stream(const struct bench_opts *o, const char *host, struct bench_str
 	snprintf(warm, sizeof(warm), "%d", o->warm_ms);
 	snprintf(run, sizeof(run), "%d", o->run_ms * 2);
 	memset(res, 0, sizeof(*res));
+	res->trip[0] = round_trip_ns();
 	memcpy_limits(o->rounds, o->run_ms / 1e3, res->memcpy);
+	thread_limits(o->rounds, o->run_ms / 1e3, res->threads);
 	printf("\n== 1 MiB, one stream, server on cpu 0, client on cpu 1, MB/s (median of %d)\n",
 	       o->rounds);
 	printf("   %-26s %9s %9s %7s %9s %8s\n", "source", "plain", "wsd", "ratio", "memcpy",
@@ -129,4 +302,8 @@ void bench_stream(const struct bench_opts *o, const char *host, struct bench_str
 		       bench_ratio(res->mbs[m][1], res->memcpy[m]));
 		fflush(stdout);
 	}
+	res->trip[1] = round_trip_ns();
+	printf("   without wsd, two threads from CPU 1 to CPU 0: the 256 MiB source, all read,\n"
+	       "   %.0f MB/s by one copy, %.0f by two; a cache line's round trip %.0f ns before,"
+	       " %.0f after\n", res->threads[0], res->threads[1], res->trip[0], res->trip[1]);
 }
