@@ -86,7 +86,9 @@ until grep -q serving "$tmp/serve.out"; do
 	sleep 0.1
 done
 timeout -k 5 300 "$wsd" bench --quick --peer 127.0.0.1 --port "$port" --svg "$tmp/b.svg" \
-	>"$tmp/b.out" 2>"$tmp/b.err" || fail "wsd bench --peer failed: $(cat "$tmp/b.err")"
+	>"$tmp/b.out" 2>"$tmp/b.err" ||
+	fail "wsd bench --peer failed: $(cat "$tmp/b.err")
+its --serve said: $(cat "$tmp/serve.out")"
 check "$tmp/b.out" "$tmp/b.svg"
 grep -q "not measured: both processes must be on this host" "$tmp/b.out" ||
 	fail "--peer measured the held connections"

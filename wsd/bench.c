@@ -128,9 +128,18 @@ bool bench_pair(const struct bench_opts *o, bool wsd, char *srv[], char *cli[], 
 	char *args[16];
 	bool ok;
 
-	if ((o->peer ? remote(&s, o, wsd, srv) : bench_spawn(&s, wsd, o->transport, srv)) ||
-	    !bench_next_line(&s, line, sizeof(line)) || sscanf(line, "port %15s", port) != 1) {
-		fprintf(stderr, "wsd bench: the %s server did not start\n", srv[0]);
+	line[0] = 0;
+	ok = !(o->peer ? remote(&s, o, wsd, srv) : bench_spawn(&s, wsd, o->transport, srv));
+	if (!ok || !bench_next_line(&s, line, sizeof(line)) ||
+	    sscanf(line, "port %15s", port) != 1) {
+		/* what it said instead of its port; a server on the peer said the rest there */
+		fprintf(stderr, "wsd bench: the %s %s server did not start: %s%s\n",
+			wsd ? "wsd" : "plain", srv[0], line[0] ? "it said: " : "no line",
+			line);
+		if (ok && s.pid > 0)
+			kill(s.pid, SIGKILL);   /* not left waiting for a client */
+		if (ok)
+			reap(&s);
 		bench_failures++;
 		return false;
 	}
@@ -314,15 +323,11 @@ static pid_t busy_loop(void)
 	pid_t pid = fork();
 
 	if (pid == 0) {
-		cpu_set_t set;
-
 		/* never outlives the bench */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() == 1)
 			_exit(0);
-		CPU_ZERO(&set);
-		CPU_SET(0, &set);
-		sched_setaffinity(0, sizeof(set), &set);
+		bench_pin(0);
 		for (;;)
 			__asm__ volatile("" ::: "memory");
 	}

@@ -92,6 +92,7 @@ void bench_scale_verdicts(struct bench_scale *s);
 /* ---- the workers' helpers (bench_work.c) ---- */
 
 double bench_now(void);                 /* CLOCK_MONOTONIC, seconds */
+bool bench_pin(int cpu);                /* this thread on cpu alone (cpu < 0: as it is) */
 void bench_fail(const char *what) __attribute__((noreturn));
 /* The path the switch gives fd ("tcp", "shm", "verbs"), "none" without the switch. */
 const char *bench_path_of(int fd);

@@ -53,7 +53,7 @@ static void memcpy_limits(int rounds, double secs, double out[2])
 			    0);
 	uint8_t *dst = malloc(MIB);
 	double v[2][BENCH_MAXR];
-	cpu_set_t was, one;
+	cpu_set_t was;
 
 	out[0] = out[1] = 0;
 	if (src == MAP_FAILED || !dst) {
@@ -64,10 +64,7 @@ static void memcpy_limits(int rounds, double secs, double out[2])
 	}
 	memset(src, 0x5a, SOURCE);
 	memset(dst, 0, MIB);
-	CPU_ZERO(&one);
-	CPU_SET(1, &one);
-	if (sched_getaffinity(0, sizeof(was), &was) == 0 &&
-	    sched_setaffinity(0, sizeof(one), &one) == 0) {
+	if (sched_getaffinity(0, sizeof(was), &was) == 0 && bench_pin(1)) {
 		for (int r = 0; r < rounds; r++) {
 			v[0][r] = memcpy_rate(src, MIB, dst, secs);
 			v[1][r] = memcpy_rate(src, SOURCE, dst, secs);
@@ -81,15 +78,6 @@ static void memcpy_limits(int rounds, double secs, double out[2])
 }
 
 /* ---- what the two CPUs allow between them, measured without wsd ---------------------- */
-
-static bool pin(int cpu)
-{
-	cpu_set_t one;
-
-	CPU_ZERO(&one);
-	CPU_SET(cpu, &one);
-	return sched_setaffinity(0, sizeof(one), &one) == 0;
-}
 
 /*
  * Two threads, the consumer on CPU 0 (the server's), the producer on CPU 1
@@ -117,7 +105,7 @@ static void *trip_cpu1(void *arg)
 {
 	struct duo *d = arg;
 
-	if (pin(1))
+	if (bench_pin(1))
 		for (uint64_t i = 1; i < 2 * TRIPS; i += 2) {
 			while (atomic_load_explicit(&d->word, memory_order_acquire) != i)
 				;
@@ -134,7 +122,7 @@ static double round_trip_ns(void)
 	pthread_t t;
 	double t0, ns = 0;
 
-	if (sched_getaffinity(0, sizeof(was), &was) || !pin(0))
+	if (sched_getaffinity(0, sizeof(was), &was) || !bench_pin(0))
 		return 0;
 	if (!pthread_create(&t, NULL, trip_cpu1, &d)) {
 		t0 = bench_now();
@@ -155,7 +143,7 @@ static void *copy_producer(void *arg)
 	struct duo *d = arg;
 	uint64_t at = 0;
 
-	if (!pin(1)) {
+	if (!bench_pin(1)) {
 		atomic_store(&d->stop, true);
 		return NULL;
 	}
@@ -228,7 +216,7 @@ static void thread_limits(int rounds, double secs, double out[2])
 	d->dst = malloc(MIB);
 	d->secs = secs;
 	if (d->src != MAP_FAILED && d->ring && d->dst && !sched_getaffinity(0, sizeof(was), &was) &&
-	    pin(0)) {
+	    bench_pin(0)) {
 		memset(d->src, 0x5a, SOURCE);
 		memset(d->ring, 0, SLOTS * SLOT);
 		memset(d->dst, 0, MIB);

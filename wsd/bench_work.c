@@ -67,15 +67,15 @@ static unsigned long long cpu_us(void)
 	       (unsigned long long)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
-static void pin(int cpu)
+bool bench_pin(int cpu)
 {
 	cpu_set_t set;
 
 	if (cpu < 0)
-		return;
+		return true;
 	CPU_ZERO(&set);
 	CPU_SET(cpu, &set);
-	(void)sched_setaffinity(0, sizeof(set), &set);
+	return sched_setaffinity(0, sizeof(set), &set) == 0;
 }
 
 void bench_fail(const char *what)
@@ -346,7 +346,7 @@ static int tput(bool server, char **a, int n)
 	if (streams < 1 || streams > 16 || n < (server ? 3 : 7))
 		return 2;
 	cold = n > (server ? 3 : 7) && !strcmp(a[server ? 3 : 7], "cold");
-	pin(atoi(a[server ? 2 : 6]));
+	bench_pin(atoi(a[server ? 2 : 6]));
 	if (server)
 		lfd = bench_listen_on(a[0], 1024);
 	for (int i = 0; i < streams; i++) {
@@ -394,7 +394,7 @@ static int lat(bool server, char **a, int n)
 
 	if (!buf || n < (server ? 3 : 5))
 		return 2;
-	pin(atoi(a[server ? 2 : 4]));
+	bench_pin(atoi(a[server ? 2 : 4]));
 	if (server) {
 		int lfd = bench_listen_on(a[0], 1024);
 
