@@ -57,7 +57,7 @@
 
 #define MSG 64
 
-static void die(const char *what)
+static __attribute__((noreturn)) void die(const char *what)
 {
 	fprintf(stderr, "tuple: %s: %s\n", what, strerror(errno));
 	exit(2);
@@ -260,6 +260,38 @@ static int tcp_on_any(int listening, int *port)
 }
 
 /*
+ * A TCP socket bound to a free port below the kernel's ephemeral range,
+ * and the port.  The squatter holds that port's registry name for 30 s
+ * while the port itself is free: one the kernel could hand to another
+ * program's bind(0) would leave a wsd server there (another test running
+ * beside this one) without its registry, its connections on TCP.
+ */
+static int squat_port(int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int lo = 32768, hi, fd;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+	if (f) {
+		if (fscanf(f, "%d %d", &lo, &hi) != 2 || lo < 2048 || lo > 65535)
+			lo = 32768;
+		fclose(f);
+	}
+	/* from a point of [lo/2, lo) that differs between runs */
+	for (int i = 0, base = lo / 2, n = lo - lo / 2; i < n; i++) {
+		*port = base + (int)((getpid() * 7919u + (unsigned)i) % (unsigned)n);
+		a.sin_port = htons((uint16_t)*port);
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			break;
+		if (!bind(fd, (struct sockaddr *)&a, sizeof(a)))
+			return fd;
+		close(fd);
+	}
+	die("squat: no free port below the ephemeral range");
+}
+
+/*
  * One message from a connector: reply as a listener that passes the
  * connector's proof would (it reads the connector's nonce, offers one of
  * its own, claims the echo right) and count descriptors.  0 at the end.
@@ -323,7 +355,7 @@ static int squat(const char *portfile, const char *stopfile)
 	FILE *f;
 
 	/* a port free now, for the server to take after us */
-	probe = tcp_on_any(0, &port);
+	probe = squat_port(&port);
 	decoy = tcp_on_any(1, &other);
 	ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	ul = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
