@@ -179,7 +179,12 @@ static bool client_open_now(struct wsd_sock *s, bool at_connect)
 	if (!(ch = wsd_chan_find(&key)))
 		return false;
 	atomic_store(&s->upgrade_state, UP_RUNNING);
-	if (client_tuple(s, &t) && !open_post(s, ch, &t)) {
+	/*
+	 * In the peer's mailbox, unless one posted there went unread: the
+	 * peer looks there only at its accept and first receive, and would
+	 * never see another (box_look); a message it reads at any time.
+	 */
+	if (client_tuple(s, &t) && (s->box_missed || !open_post(s, ch, &t))) {
 		if (at_connect)
 			atomic_store(&s->upgrade_state, UP_NONE);   /* its first data call asks */
 		else

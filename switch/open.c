@@ -439,6 +439,7 @@ static bool box_look(struct open_req *o, bool give_up, bool to_tcp)
 			wsd_session_forget_peer(o->ss);   /* the grant was never ours */
 		if (why == R_NONE) {
 			wsd_session_free(o->ss);
+			s->box_missed = true;   /* by message: the peer will not look again */
 			atomic_store(&s->upgrade_state, UP_NONE);   /* the next data call asks */
 			wsd_sock_put(s);
 		} else {

@@ -296,6 +296,12 @@ struct wsd_sock {
 	struct wsd_session *prov;
 	bool prov_hold;              /* ...or held here, the OPEN sent by message (open.c) */
 	bool hold_looked;            /* open_hold_begin looked for this OPEN (once) */
+	/*
+	 * An OPEN it posted in the peer's mailbox went unread and was taken
+	 * back: the peer looks there only at its accept and first receive, so
+	 * the next asks by message (open.c, box_look).
+	 */
+	bool box_missed;
 	uint8_t *prov_buf;
 	uint32_t prov_len;
 	int64_t prov_k0;
