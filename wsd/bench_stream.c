@@ -25,7 +25,7 @@
 #define SOURCE (256u * MIB)
 
 /* One core's memcpy of 1 MiB messages for about secs, in MB/s: from one buffer, or walking src. */
-static double memcpy_rate(uint8_t *src, size_t span, uint8_t *dst, double secs)
+static double memcpy_rate(const uint8_t *src, size_t span, uint8_t *dst, double secs)
 {
 	double t0 = bench_now(), t;
 	unsigned long long n = 0;
@@ -44,40 +44,30 @@ static double memcpy_rate(uint8_t *src, size_t span, uint8_t *dst, double secs)
 
 /*
  * The memcpy limits on CPU 1, where the client runs: hot (one 1 MiB
- * source, again and again) and cold (the 256 MiB source walked in order),
- * MB/s, medians of rounds.
+ * source, again and again) and cold (src, the 256 MiB source, walked in
+ * order), MB/s, medians of rounds.
  */
-static void memcpy_limits(int rounds, double secs, double out[2])
+static void memcpy_limits(const uint8_t *src, int rounds, double secs, double out[2])
 {
-	uint8_t *src = mmap(NULL, SOURCE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-			    0);
 	uint8_t *dst = malloc(MIB);
 	double v[2][BENCH_MAXR];
-	cpu_set_t was;
 
 	out[0] = out[1] = 0;
-	if (src == MAP_FAILED || !dst) {
-		free(dst);
-		if (src != MAP_FAILED)
-			munmap(src, SOURCE);
+	if (!dst)
 		return;
-	}
-	memset(src, 0x5a, SOURCE);
 	memset(dst, 0, MIB);
-	if (sched_getaffinity(0, sizeof(was), &was) == 0 && bench_pin(1)) {
+	if (bench_pin(1)) {
 		for (int r = 0; r < rounds; r++) {
 			v[0][r] = memcpy_rate(src, MIB, dst, secs);
 			v[1][r] = memcpy_rate(src, SOURCE, dst, secs);
 		}
 		out[0] = bench_median(v[0], rounds);
 		out[1] = bench_median(v[1], rounds);
-		(void)sched_setaffinity(0, sizeof(was), &was);
 	}
-	munmap(src, SOURCE);
 	free(dst);
 }
 
-/* ---- what the two CPUs allow between them, measured without wsd ---------------------- */
+/* ---- the two CPUs without wsd: a cache line's round trip, and a plain copy ------------ */
 
 /*
  * Two threads, the consumer on CPU 0 (the server's), the producer on CPU 1
@@ -98,7 +88,8 @@ struct duo {
 	_Atomic bool stop;
 	bool two;
 	double secs;
-	uint8_t *src, *ring, *dst;
+	const uint8_t *src;
+	uint8_t *ring, *dst;
 };
 
 static void *trip_cpu1(void *arg)
@@ -114,7 +105,7 @@ static void *trip_cpu1(void *arg)
 	return NULL;
 }
 
-/* ns a cache line takes from CPU 0 to CPU 1 and back, or 0. */
+/* ns a cache line takes from CPU 0 to CPU 1 and back, or 0; the caller's affinity kept. */
 static double round_trip_ns(void)
 {
 	struct duo d = { 0 };
@@ -122,9 +113,9 @@ static double round_trip_ns(void)
 	pthread_t t;
 	double t0, ns = 0;
 
-	if (sched_getaffinity(0, sizeof(was), &was) || !bench_pin(0))
+	if (sched_getaffinity(0, sizeof(was), &was))
 		return 0;
-	if (!pthread_create(&t, NULL, trip_cpu1, &d)) {
+	if (bench_pin(0) && !pthread_create(&t, NULL, trip_cpu1, &d)) {
 		t0 = bench_now();
 		for (uint64_t i = 0; i < 2 * TRIPS; i += 2) {
 			while (atomic_load_explicit(&d.word, memory_order_acquire) != i)
@@ -196,28 +187,25 @@ out:
 }
 
 /*
- * Two threads moving the 256 MiB source from CPU 1 to CPU 0 with every
- * word read there: with one copy and with two, MB/s, medians of rounds.
- * What placing the two CPUs allows any design that copies through memory
- * both share.
+ * Two threads moving src, the 256 MiB source, from CPU 1 to CPU 0 with
+ * every word read there: with one copy and with two, MB/s, medians of
+ * rounds.  A plain yardstick of what the CPUs' placement does to copies
+ * through shared memory, not a limit (wsd's ring can beat it).
  */
-static void thread_limits(int rounds, double secs, double out[2])
+static void thread_limits(const uint8_t *src, int rounds, double secs, double out[2])
 {
 	struct duo *d = aligned_alloc(64, sizeof(*d));
 	double v[2][BENCH_MAXR];
-	cpu_set_t was;
 
 	out[0] = out[1] = 0;
 	if (!d)
 		return;
 	memset(d, 0, sizeof(*d));
-	d->src = mmap(NULL, SOURCE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	d->src = src;
 	d->ring = malloc(SLOTS * SLOT);
 	d->dst = malloc(MIB);
 	d->secs = secs;
-	if (d->src != MAP_FAILED && d->ring && d->dst && !sched_getaffinity(0, sizeof(was), &was) &&
-	    bench_pin(0)) {
-		memset(d->src, 0x5a, SOURCE);
+	if (d->ring && d->dst && bench_pin(0)) {
 		memset(d->ring, 0, SLOTS * SLOT);
 		memset(d->dst, 0, MIB);
 		for (int r = 0; r < rounds; r++)
@@ -227,13 +215,32 @@ static void thread_limits(int rounds, double secs, double out[2])
 			}
 		out[0] = bench_median(v[0], rounds);
 		out[1] = bench_median(v[1], rounds);
-		(void)sched_setaffinity(0, sizeof(was), &was);
 	}
-	if (d->src != MAP_FAILED)
-		munmap(d->src, SOURCE);
 	free(d->ring);
 	free(d->dst);
 	free(d);
+}
+
+/*
+ * The yardsticks without wsd, from one 256 MiB source: the memcpy limits
+ * and the two-thread copies.  Each pins the calling thread; the caller's
+ * affinity comes back after.
+ */
+static void limits(const struct bench_opts *o, struct bench_stream_res *res)
+{
+	uint8_t *src = mmap(NULL, SOURCE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			    0);
+	cpu_set_t was;
+
+	if (src == MAP_FAILED)
+		return;
+	if (!sched_getaffinity(0, sizeof(was), &was)) {
+		memset(src, 0x5a, SOURCE);
+		memcpy_limits(src, o->rounds, o->run_ms / 1e3, res->memcpy);
+		thread_limits(src, o->rounds, o->run_ms / 1e3, res->threads);
+		(void)sched_setaffinity(0, sizeof(was), &was);
+	}
+	munmap(src, SOURCE);
 }
 
 void bench_stream(const struct bench_opts *o, const char *host, struct bench_stream_res *res)
@@ -246,8 +253,7 @@ void bench_stream(const struct bench_opts *o, const char *host, struct bench_str
 	snprintf(run, sizeof(run), "%d", o->run_ms * 2);
 	memset(res, 0, sizeof(*res));
 	res->trip[0] = round_trip_ns();
-	memcpy_limits(o->rounds, o->run_ms / 1e3, res->memcpy);
-	thread_limits(o->rounds, o->run_ms / 1e3, res->threads);
+	limits(o, res);
 	printf("\n== 1 MiB, one stream, server on cpu 0, client on cpu 1, MB/s (median of %d)\n",
 	       o->rounds);
 	printf("   %-26s %9s %9s %7s %9s %8s\n", "source", "plain", "wsd", "ratio", "memcpy",
