@@ -42,7 +42,6 @@ struct open_req {
 	struct wsd_chmsg ans;
 	int box;
 	int64_t posted_ns;
-	struct wsd_chmsg m;          /* to send as a message if taken back */
 };
 
 static struct open_req *opens;        /* pend_lock */
