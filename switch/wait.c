@@ -206,7 +206,9 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		return -EBADF;
 	}
 	if (s->sleepers == 1) {
-		drain(s);
+		/* not after an error: the kernel would say end of stream, and the error is ours */
+		if (!e || e == EINTR || e == EAGAIN)
+			drain(s);
 		/* the bells it read may have been an epoll set's (parked there) */
 		wsd_poll_sock_unpark(s);
 	}
@@ -218,7 +220,19 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	if (e == EINTR || e == EAGAIN || e == EWOULDBLOCK)
 		return -e;
 	if (e) {
-		/* the kernel reports a reset once; after it, the end of the stream */
+		/*
+		 * The kernel reports a reset once; after it, the end of the
+		 * stream.  On the ring, what the peer wrote before it is read
+		 * first, as from the kernel's queue: the error waits for the
+		 * ring's end (rx_ring), and the caller looks again.
+		 */
+		if (for_rx && s->rx_mode == DIR_RING) {
+			if (!s->tcp_err && !s->tcp_eof) {
+				s->tcp_errno = e;
+				s->tcp_err = true;
+			}
+			return 0;
+		}
 		s->tcp_eof = true;
 		return -e;
 	}

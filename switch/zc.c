@@ -460,8 +460,15 @@ ssize_t post_settle(struct wsd_sock *s, struct cursor *c, int flags, ssize_t n)
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };
 		ssize_t k = rx_step(s, c, flags);
 
-		if (k > 0)
+		if (k > 0) {
+			/* bytes came after the error: they first, the error at the next call */
+			if (n < 0 && n != -EINTR && n != -EAGAIN && n != -EBADF && !s->tcp_err) {
+				s->tcp_errno = (int)-n;
+				s->tcp_err = true;
+				s->tcp_eof = false;
+			}
 			return n > 0 ? n + k : k;
+		}
 		if ((k < 0 && k != -EAGAIN) || k == 0 || wsd_now_ms() > end) {
 			/* the sender died or broke: nobody writes there any more */
 			post_release(ss);
