@@ -65,15 +65,22 @@ bool fits(struct wsd_session *ss, uint32_t len, bool reserve)
  * A record write failed: it may have landed in part or whole, so this
  * direction's ring position is lost and the stream cannot go on (writing
  * the next bytes at the same place could duplicate data).  The connection
- * ends as a reset would end it.
+ * ends as a reset would end it, and the program is told so: -ECONNRESET,
+ * never the provider's status (EFAULT for a window the peer took back
+ * after it saw our reset, EIO), which a socket's caller does not expect.
  */
 int broken(struct wsd_sock *s, int r)
 {
-	s->tcp_err = true;
-	s->tcp_errno = ECONNRESET;
-	s->tx_shut = true;
 	wsd_debug("switch: fd %d: a record write failed (%d): connection reset", s->fd, r);
-	return r;
+	if (s->sess && !faulted(s->sess)) {
+		/* the peer's stream is reset too: it must not wait for what never comes */
+		session_fail(s->sess, R_PROVIDER, "a record write failed");
+	} else if (!s->tcp_eof) {
+		s->tcp_err = true;
+		s->tcp_errno = ECONNRESET;
+	}
+	s->tx_shut = true;
+	return -ECONNRESET;
 }
 
 /* tx_lock held, fits() checked.  Payload from c (len bytes) or inline. */
@@ -117,6 +124,9 @@ int record_on(struct wsd_sock *s, struct wsd_session *ss, uint32_t type, struct 
 	struct wsd_rec *h = (struct wsd_rec *)ss->stage;
 	int r;
 
+	/* a write the provider refuses, as it refuses a window taken back */
+	if (type == REC_DATA && wsd_fault("rec-write", NULL))
+		return broken(s, -EFAULT);
 	if (off + size > win_end(ss, type == REC_FIN || type == REC_SWITCH || type == REC_BACK)) {
 		uint32_t pad = (uint32_t)(ss->peer_ring - off);   /* to the ring's end, from the window's */
 
@@ -729,6 +739,10 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 		}
 	} else {
 		n = kernel_send(s, &c, flags);
+	}
+	if (n == -ECONNRESET && s->tcp_err) {
+		s->tcp_err = false;   /* this call reports the reset: spent, as the kernel's is */
+		s->tcp_eof = true;
 	}
 	pthread_mutex_unlock(&s->tx_lock);
 	if (!nonblock)

@@ -205,7 +205,7 @@ static int client(int port, const char *localfile, const char *stopfile)
 
 static int attack(int port, int seconds)
 {
-	int fd = dial(port), ticks = seconds * 10;
+	int fd = dial(port), ticks = seconds * 10, ended = 0;
 	char b[4096];
 	size_t got = 0;
 
@@ -218,14 +218,21 @@ static int attack(int port, int seconds)
 		int64_t tick_end = now_ms() + 100;
 		ssize_t n;
 
-		while (now_ms() < tick_end) {
+		while (!ended && now_ms() < tick_end) {
 			struct pollfd q = { .fd = fd, .events = POLLIN };
 
 			if (poll(&q, 1, (int)(tick_end - now_ms())) <= 0)
 				continue;
 			n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
 			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-				ticks = t;   /* the connection ended: this is the last tick */
+				/*
+				 * The connection ended (over verbs its ring writes fail
+				 * once the server ends the channel: a reset).  The socket
+				 * stays open to the last tick, for the script's wsd stat.
+				 */
+				printf("attack: the connection ended: %s\n",
+				       n == 0 ? "end of stream" : strerror(errno));
+				ended = 1;
 				break;
 			}
 			if (n < 0)
@@ -233,8 +240,15 @@ static int attack(int port, int seconds)
 			else
 				got += (size_t)n;
 		}
-		memset(b, 'X', 100);
-		(void)send(fd, b, 100, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (ended) {
+			int64_t left = tick_end - now_ms();
+
+			if (left > 0)
+				usleep((useconds_t)left * 1000);
+		} else {
+			memset(b, 'X', 100);
+			(void)send(fd, b, 100, MSG_NOSIGNAL | MSG_DONTWAIT);
+		}
 		if (t == ticks / 2) {
 			printf("attack: reading\n");
 			fflush(stdout);

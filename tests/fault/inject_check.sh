@@ -11,7 +11,9 @@
 #          the stream arrives whole and byte-exact
 #   reset  a loud error: the receiver has a byte-exact prefix then
 #          ECONNRESET (or EIO), the sender EPIPE or ECONNRESET, and wsd stat
-#          gives reason protocol where the bad value was read
+#          gives reason protocol where the bad value was read (or the
+#          reason the case names: provider, for a write the provider
+#          refused)
 # Never a wrong byte (tests/fault/stream checks each), never a hang (60 s
 # a case), never a read out of bounds (the sanitizer build runs this too).
 # The points are described in tests/fault/README.md.
@@ -41,10 +43,11 @@ for p in json.load(sys.stdin)["processes"]:
             print(s["path"], s["reason"])'
 }
 
-# run_case SIDE FAULT BYTES PAUSE_US EXPECT: SIDE s (the listening sender)
-# or r (the connecting receiver) runs with WSD_FAULT=FAULT
+# run_case SIDE FAULT BYTES PAUSE_US EXPECT [REASON]: SIDE s (the listening
+# sender) or r (the connecting receiver) runs with WSD_FAULT=FAULT; a reset
+# names REASON (protocol by default) in wsd stat
 run_case() {
-	local side=$1 fault=$2 bytes=$3 pause=$4 expect=$5 fs= fr= end st
+	local side=$1 fault=$2 bytes=$3 pause=$4 expect=$5 why=${6:-protocol} fs= fr= end st
 	[ "$side" = s ] && fs=$fault || fr=$fault
 	rm -f "$tmp/port" "$tmp/go" "$tmp"/*.out "$tmp"/*.err
 	STREAM_PAUSE_US=$pause WSD_FAULT=$fs "$wsd" run -- "$stream" send "$tmp/port" 7 "$bytes" \
@@ -89,8 +92,8 @@ run_case() {
 			fail "$fault: the sender saw no error: $(cat "$tmp/send.out")"
 		st="$(sockets "$spid") $(sockets "$rpid")"
 		case $st in
-		*protocol*) ;;
-		*) fail "$fault: no reason protocol: '$st'" ;;
+		*"$why"*) ;;
+		*) fail "$fault: no reason $why: '$st'" ;;
 		esac ;;
 	esac
 	touch "$tmp/go"
@@ -123,5 +126,8 @@ run_case s accept-delay=6000 $((64 * M)) 30000 tcp
 run_case s rec-header=0@200 $((256 * M)) 0 reset
 run_case s rec-header=1@200 $((256 * M)) 0 reset
 run_case r ctl-word@20+ $((256 * M)) 0 reset
+# a record write the provider refuses: both ends reset, the sender told
+# ECONNRESET (never the provider's EFAULT), the receiver not left waiting
+run_case s rec-write@200 $((256 * M)) 0 reset provider
 echo "PASS: every fault ended in TCP, the ring, or a reset, in $(( ($(now_ms) - t0) / 1000 )) s"
 exit 0
