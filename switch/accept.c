@@ -554,14 +554,12 @@ int wsd_upgrade_box_first(struct wsd_sock *s, bool nonblock)
 		return 0;
 	end = wsd_now_ns() + BOX_FIRST_NS;
 	for (int i = 0; wsd_now_ns() < end; i++) {
-		char c;
-
 		if (wsd_chan_box_any()) {
 			wsd_upgrade_box(s);
 			if (atomic_load(&s->upgrade_state) != UP_NONE)
 				return 0;
 		}
-		if (i % 16 == 0 && real.recv(s->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) {
+		if (i % 16 == 0 && wsd_kernel_readable(s->fd)) {
 			wsd_upgrade_box(s);   /* posted just before the bytes came */
 			return 0;             /* data, or the end: the stream's */
 		}

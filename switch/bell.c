@@ -303,7 +303,6 @@ static void bells_due(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
 	int64_t now, left, t;
-	char b;
 
 	if (!bells_owed(ss)) {
 		ss->bells_short_since = 0;
@@ -318,7 +317,7 @@ static void bells_due(struct wsd_sock *s)
 		t = kernel_taken(s->fd, false);
 		/* (a FIN that came meanwhile counts in t: the socket must still be empty) */
 		if (t >= 0 && t > ss->k_base + (int64_t)ss->bells_rx &&
-		    real.recv(s->fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && errno == EAGAIN) {
+		    !wsd_kernel_readable(s->fd)) {
 			session_fail(ss, R_BYPASS, "bells: announced doorbells were read from the "
 					       "kernel socket by a call the switch did not see");
 			return;

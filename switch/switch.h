@@ -684,6 +684,19 @@ static inline ssize_t wsd_ret(ssize_t r)
 	return r;
 }
 
+/*
+ * Whether fd's kernel socket has something for a read (data, the end, an
+ * error), left where it is.  Not recv(MSG_PEEK): that takes a pending
+ * error (a reset), which the kernel reports once, and the program would
+ * read a clean end instead.
+ */
+static inline bool wsd_kernel_readable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return real.poll(&p, 1, 0) > 0;
+}
+
 /* mbox.c: fd's network namespace cookie (SO_NETNS_COOKIE), 0 when the kernel does not say. */
 uint64_t wsd_netns_cookie(int fd);
 
