@@ -163,6 +163,16 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		sleeper_leave(s);
 		return -EBADF;
 	}
+	/*
+	 * An error kept for the ring's end (below) and the ring gave nothing
+	 * (a peek at a record only a plain read takes): it is this call's.
+	 */
+	if (for_rx && s->tcp_err && s->rx_mode == DIR_RING) {
+		sleeper_leave(s);
+		s->tcp_err = false;
+		s->tcp_eof = true;
+		return -s->tcp_errno;
+	}
 	if (peek) {
 		n = real.recv(s->fd, &b, 1, MSG_PEEK);
 		if (n < 0)
