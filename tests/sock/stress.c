@@ -201,6 +201,7 @@ static void *rx_main(void *arg)
 struct watch {
 	struct dir *tx, *rx;
 	const char *name_tx, *name_rx;
+	bool parent;                 /* the client: its peer dies with it (PR_SET_PDEATHSIG) */
 	atomic_bool stop;
 	pthread_t th;
 };
@@ -248,6 +249,13 @@ static void *watch_main(void *arg)
 				STALL_S, w->name_tx, t, o.bytes, w->name_rx, r);
 			stall_report();
 			fflush(tr);
+			/*
+			 * The peer finds the same stall and reports its side too;
+			 * it is killed when we exit, so let its report finish
+			 * (wsd stat is slow in the VM rig's guest).
+			 */
+			if (w->parent)
+				sleep_ms(10000);
 			_exit(3);
 		}
 	}
@@ -272,7 +280,8 @@ static void run(struct peer *ctl, int fd, int me)
 {
 	static const char *name[2] = { "a->b", "b->a" };
 	struct dir tx = { .fd = fd }, rx = { .fd = fd };
-	struct watch w = { .tx = &tx, .rx = &rx, .name_tx = name[me], .name_rx = name[1 - me] };
+	struct watch w = { .tx = &tx, .rx = &rx, .name_tx = name[me], .name_rx = name[1 - me],
+			   .parent = me == 0 };
 	uint64_t peer_tx_sum;
 	double t0, secs;
 
