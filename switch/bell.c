@@ -79,10 +79,8 @@ bool try_bell(struct wsd_sock *s)
 		 * first: this bell took it, so keep it for the receiver, who
 		 * would otherwise read a clean end of stream.
 		 */
-		if (e == ECONNRESET && !s->tcp_eof && !s->tcp_err) {
-			s->tcp_errno = ECONNRESET;
-			s->tcp_err = true;
-		}
+		if (e == ECONNRESET)
+			keep_error(s, e);
 		errno = e;
 		return false;
 	}

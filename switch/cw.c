@@ -217,6 +217,27 @@ bool peer_bypass(struct wsd_session *ss)
 	return faulted(ss);
 }
 
+/*
+ * The kernel reports a stream error (a reset) once, to whichever call
+ * takes it.  One our switch took is kept for the program (keep_error,
+ * unless one is kept or the end was seen), and the call that reports it
+ * spends it (take_error: the error, then the end).
+ */
+void keep_error(struct wsd_sock *s, int e)
+{
+	if (!s->tcp_err && !s->tcp_eof) {
+		s->tcp_errno = e;
+		s->tcp_err = true;
+	}
+}
+
+int take_error(struct wsd_sock *s)
+{
+	s->tcp_err = false;
+	s->tcp_eof = true;
+	return -s->tcp_errno;
+}
+
 /* After a violation: the reset once (as the kernel reports one), then the end. */
 ssize_t fault_rx(struct wsd_sock *s)
 {

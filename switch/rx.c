@@ -196,6 +196,8 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		}
 		if (r.type == REC_SPLIT) {
 			k = rx_split(s, &r, c, peek, &why);
+			if (k == -EAGAIN)
+				break;        /* a peek: nothing here yet, or the end's word below */
 			if (k < 0) {
 				if (k == -EPROTO)
 					goto bad;
@@ -305,11 +307,8 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 		s->tcp_err = true;    /* the peer reset, and all it sent is read */
 		s->tcp_errno = ECONNRESET;
 	}
-	if (s->tcp_err) {
-		s->tcp_err = false;   /* reported once, then the end, as the kernel does */
-		s->tcp_eof = true;
-		return -s->tcp_errno;
-	}
+	if (s->tcp_err)
+		return take_error(s);   /* reported once, then the end, as the kernel does */
 	return s->tcp_eof ? 0 : -EAGAIN;
 bad:
 	protocol_fail(ss, why);
@@ -503,10 +502,9 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		pthread_mutex_lock(&s->rx_lock);
 		reset_if_shut(s);
 		if (s->tcp_err && s->rx_shut) {
-			s->tcp_err = false;
-			s->tcp_eof = true;
+			n = take_error(s);
 			pthread_mutex_unlock(&s->rx_lock);
-			return -s->tcp_errno;
+			return n;
 		}
 		n = rx_step(s, c, flags);
 		/* after SHUT_RD what is there still reads; then the end, never a wait */

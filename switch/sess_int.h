@@ -62,6 +62,8 @@ void protocol_fail(struct wsd_session *ss, const char *why);
 bool faulted(const struct wsd_session *ss);
 bool peer_bypass(struct wsd_session *ss);
 ssize_t fault_rx(struct wsd_sock *s);
+void keep_error(struct wsd_sock *s, int e);
+int take_error(struct wsd_sock *s);
 
 /* slot.c: the session object */
 void publish_rx_ready(struct wsd_sock *s);

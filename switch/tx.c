@@ -75,9 +75,8 @@ int broken(struct wsd_sock *s, int r)
 	if (s->sess && !faulted(s->sess)) {
 		/* the peer's stream is reset too: it must not wait for what never comes */
 		session_fail(s->sess, R_PROVIDER, "a record write failed");
-	} else if (!s->tcp_eof) {
-		s->tcp_err = true;
-		s->tcp_errno = ECONNRESET;
+	} else {
+		keep_error(s, ECONNRESET);
 	}
 	s->tx_shut = true;
 	return -ECONNRESET;
@@ -740,10 +739,8 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	} else {
 		n = kernel_send(s, &c, flags);
 	}
-	if (n == -ECONNRESET && s->tcp_err) {
-		s->tcp_err = false;   /* this call reports the reset: spent, as the kernel's is */
-		s->tcp_eof = true;
-	}
+	if (n == -ECONNRESET && s->tcp_err)
+		take_error(s);   /* this call reports the reset: spent, as the kernel's is */
 	pthread_mutex_unlock(&s->tx_lock);
 	if (!nonblock)
 		atomic_fetch_sub_explicit(&in_calls, 1, memory_order_relaxed);

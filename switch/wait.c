@@ -163,16 +163,6 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		sleeper_leave(s);
 		return -EBADF;
 	}
-	/*
-	 * An error kept for the ring's end (below) and the ring gave nothing
-	 * (a peek at a record only a plain read takes): it is this call's.
-	 */
-	if (for_rx && s->tcp_err && s->rx_mode == DIR_RING) {
-		sleeper_leave(s);
-		s->tcp_err = false;
-		s->tcp_eof = true;
-		return -s->tcp_errno;
-	}
 	if (peek) {
 		n = real.recv(s->fd, &b, 1, MSG_PEEK);
 		if (n < 0)
@@ -237,10 +227,7 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		 * ring's end (rx_ring), and the caller looks again.
 		 */
 		if (for_rx && s->rx_mode == DIR_RING) {
-			if (!s->tcp_err && !s->tcp_eof) {
-				s->tcp_errno = e;
-				s->tcp_err = true;
-			}
+			keep_error(s, e);
 			return 0;
 		}
 		s->tcp_eof = true;

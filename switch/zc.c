@@ -463,9 +463,8 @@ ssize_t post_settle(struct wsd_sock *s, struct cursor *c, int flags, ssize_t n)
 		if (k > 0) {
 			/* bytes came after the error: they first, the error at the next call */
 			if (n < 0 && n != -EINTR && n != -EAGAIN && n != -EBADF && !s->tcp_err) {
-				s->tcp_errno = (int)-n;
-				s->tcp_err = true;
-				s->tcp_eof = false;
+				s->tcp_eof = false;   /* the end the error left comes after it */
+				keep_error(s, (int)-n);
 			}
 			return n > 0 ? n + k : k;
 		}
