@@ -256,7 +256,8 @@ _Atomic uint64_t wsd_accel_gen;
 /* mu held.  From now on the peer may switch its direction to the ring. */
 void publish_rx_ready(struct wsd_sock *s)
 {
-	if (s->rx_ready_sent || !s->sess || s->plain_waiters || s->detached || s->rx_back)
+	if (s->rx_ready_sent || !s->sess || s->plain_waiters || s->detached || s->rx_back ||
+	    s->closing)
 		return;
 	/* before the peer can act on it: a plain wait woken by its proof must see it */
 	atomic_fetch_add(&wsd_accel_gen, 1);

@@ -283,6 +283,10 @@ void wsd_sock_forget(int fd)
 	if (!s)
 		return;
 	if (atomic_load(&s->nfds) == 0) {
+		/* from here a session attached by another thread stays silent */
+		pthread_mutex_lock(&s->mu);
+		s->closing = true;
+		pthread_mutex_unlock(&s->mu);
 		if (s->prov)
 			wsd_upgrade_settle(s, false);   /* its first bytes reach the peer before its end */
 		if (s->listening)

@@ -264,6 +264,12 @@ struct wsd_sock {
 	int plain_waiters;           /* inside a real blocking recv before the switch */
 	int sleepers;                /* inside a doorbell wait */
 	bool rx_ready_sent;
+	/*
+	 * The program closed its last fd: a session that attaches now never
+	 * says rx_ready, as the close that would collect the peer's proof
+	 * and bells from the stream has run (wsd-protocol(7), Closing).
+	 */
+	bool closing;
 
 	bool accel;                  /* data may move outside the kernel stream */
 	bool policy_ok;              /* mu: the policy file let it upgrade (upgrade.c) */
