@@ -71,6 +71,16 @@ bool try_bell(struct wsd_sock *s)
 		errno = ECONNRESET;
 		return false;
 	}
+	/*
+	 * Announced, then the peer's close looked at (wsd-protocol(7),
+	 * Closing): a close that began is no one to wake, and the byte
+	 * would reach its socket after it, where the kernel answers a reset.
+	 */
+	if (ctl_get(ss, CW_CLOSED)) {
+		put_word(ss, W_TX, CW_BELLS, ss->bells_tx << 1);
+		errno = EPIPE;
+		return false;
+	}
 	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
 		e = errno;
 		put_word(ss, W_TX, CW_BELLS, ss->bells_tx << 1);

@@ -85,6 +85,72 @@ static void linger(struct wsd_sock *s, struct linger l)
 	}
 }
 
+/*
+ * How long a close waits for the stream bytes the peer's switch announced
+ * (its proof, its bells): the peer writes them within its call, so only a
+ * peer stopped or dead between its announcement and its write costs this.
+ */
+#define COLLECT_MS 1000
+
+/* rx_lock taken here: the peer's SWITCH read if there, and whether its proof is still due. */
+static bool proof_due(struct wsd_sock *s)
+{
+	bool due;
+
+	pthread_mutex_lock(&s->rx_lock);
+	rx_settle(s, false);
+	due = s->rx_mode == DIR_PROOF && !faulted(s->sess);
+	pthread_mutex_unlock(&s->rx_lock);
+	return due;
+}
+
+/* mu taken here: the bells the peer announced are all read (or the stream ended). */
+static bool bells_in(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	uint64_t w = ctl_get(ss, CW_BELLS);
+	bool in;
+
+	pthread_mutex_lock(&s->mu);
+	drain(s);
+	in = s->rx_mode != DIR_RING || s->tcp_eof || s->tcp_err || faulted(ss) ||
+	     ss->bells_rx >= wsd_bells_announced(w);
+	pthread_mutex_unlock(&s->mu);
+	return in;
+}
+
+/*
+ * Before the kernel's close (wsd-protocol(7), Closing): every byte the
+ * peer's switch put on the stream is read, since one that reached the
+ * socket after its close would draw the kernel's reset, where TCP ends
+ * the connection cleanly (the program read all the peer's program sent).
+ * The peer announces each such write before it makes it and looks at
+ * CW_CLOSED after; we write CLOSING and look at its announcements after,
+ * so that one of the two sees the other: it writes nothing more, or we
+ * wait for what it writes.
+ */
+static void collect(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	int64_t end = wsd_now_ms() + COLLECT_MS;
+	bool due;
+
+	pthread_mutex_lock(&s->tx_lock);
+	put_word(ss, W_TX, CW_CLOSED, WSD_CLOSING);
+	pthread_mutex_unlock(&s->tx_lock);
+	due = proof_due(s);
+	pthread_mutex_lock(&s->tx_lock);
+	put_word(ss, W_TX, CW_CLOSED, due ? WSD_CLOSING_PROOF : WSD_CLOSING_NO_PROOF);
+	pthread_mutex_unlock(&s->tx_lock);
+	while ((due || !bells_in(s)) && wsd_now_ms() < end && !faulted(ss)) {
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+
+		real.poll(&p, 1, 1);
+		if (due)
+			due = proof_due(s);
+	}
+}
+
 void wsd_sock_closed(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
@@ -93,12 +159,8 @@ void wsd_sock_closed(struct wsd_sock *s)
 	socklen_t len = sizeof(l);
 	bool lingers;
 
-	if (ss && !s->detached && !faulted(ss)) {
-		/* the peer's proof left unread on the stream would make close a reset */
-		pthread_mutex_lock(&s->rx_lock);
-		rx_settle(s, false);
-		pthread_mutex_unlock(&s->rx_lock);
-	}
+	if (ss && !s->detached && !faulted(ss))
+		collect(s);
 	/* after a violation the kernel's close ends what protocol_fail shut */
 	if (!ss || s->detached || faulted(ss))
 		return;

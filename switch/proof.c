@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "switch/sess_int.h"
 
@@ -41,6 +42,36 @@ static int proof_write(struct wsd_sock *s)
 	return left ? -ETIMEDOUT : 0;
 }
 
+/*
+ * tx_lock held, our SWITCH record written (and so announced): whether the
+ * peer still reads our proof (wsd-protocol(7), Closing).  A peer whose
+ * close began looks for our SWITCH after saying so, and says whether it
+ * saw it: then it waits for the proof.  Otherwise its program closed, and
+ * a proof written now would reach its socket after the close, whose
+ * kernel then resets a connection TCP would have ended cleanly.  A peer
+ * that does not say within PROOF_VERDICT_MS is taken not to read it.
+ */
+#define PROOF_VERDICT_MS 1000
+
+static bool proof_wanted(struct wsd_sock *s)
+{
+	int64_t end = 0;
+
+	for (;;) {
+		uint64_t v = ctl_get(s->sess, CW_CLOSED);
+
+		if (v == 0 || v == WSD_CLOSING_PROOF)
+			return true;
+		if (v != WSD_CLOSING || faulted(s->sess))
+			return false;
+		if (!end)
+			end = wsd_now_ms() + PROOF_VERDICT_MS;
+		else if (wsd_now_ms() >= end)
+			return false;
+		real.poll(NULL, 0, 1);
+	}
+}
+
 /* The listening side, whose peer's proof is waived: it saw the peer's socket (WSD_OPENED_HELD). */
 static bool waived(const struct wsd_sock *s)
 {
@@ -55,8 +86,12 @@ static bool waived(const struct wsd_sock *s)
 static bool to_ring(struct wsd_sock *s, int64_t written)
 {
 	bool was, no_proof = s->connected_side && s->sess->proof_waived;
+	long ms;
 
-	if (!no_proof && proof_write(s)) {
+	/* our SWITCH is in the peer's ring: its program may close meanwhile */
+	if (!no_proof && wsd_fault("proof-delay", &ms))
+		usleep((useconds_t)ms * 1000);
+	if (!no_proof && proof_wanted(s) && proof_write(s)) {
 		broken(s, -ECONNRESET);
 		return false;
 	}

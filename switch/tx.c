@@ -406,6 +406,9 @@ static ssize_t send_ring(struct wsd_sock *s, struct cursor *c, int flags, bool n
 	case 0:
 		break;
 	case 1:
+	case WSD_CLOSING:
+	case WSD_CLOSING_PROOF:
+	case WSD_CLOSING_NO_PROOF:
 		/*
 		 * The peer closed cleanly: the kernel takes this send and the
 		 * peer's answer is a reset, seen afterwards (POLLERR, EPIPE).

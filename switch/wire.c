@@ -387,7 +387,7 @@ int wsd_wire_word_check(int idx, uint64_t v, uint64_t last, uint64_t bound, cons
 	case CW_BACK_REQ:
 		return v > 1 ? bad(why, "control word: flag out of range") : 0;
 	case CW_CLOSED:
-		return v > 3 ? bad(why, "control word: flag out of range") : 0;
+		return v > WSD_CLOSING_NO_PROOF ? bad(why, "control word: flag out of range") : 0;
 	case CW_MAPPED:
 		return v > 2 ? bad(why, "control word: flag out of range") : 0;
 	case CW_BELLS:

@@ -25,7 +25,7 @@
 #include "switch/stat.h"
 
 #define WSD_PROTO_MAGIC   0x57534453u   /* "WSDS" */
-#define WSD_PROTO_VERSION 12u
+#define WSD_PROTO_VERSION 13u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
 /*
  * The one refusal that carries a field: "moved", the process that holds
@@ -104,7 +104,8 @@ enum {
 	CW_RX_READY,     /* the peer takes our data by ring from now */
 	CW_ZC_DONE,      /* our zero-copy records the peer finished */
 	CW_CLOSED,       /* the peer closed its socket: 1, or 2 for a reset, 3 for
-			    a reset because it found a bypass (R_BYPASS) */
+			    a reset because it found a bypass (R_BYPASS); 4 to 6
+			    while its close collects our stream bytes (WSD_CLOSING) */
 	CW_BACK_REQ,     /* the peer asks us to send by the stream again */
 	CW_BACK_BELLS,   /* the peer's doorbells on the stream + 1, once it went
 			    back: its stream bytes after those are data */
@@ -134,6 +135,18 @@ static inline uint64_t wsd_bells_announced(uint64_t w)
 {
 	return (w >> 1) + (w & 1);
 }
+
+/*
+ * CW_CLOSED while the peer's close collects what our switch announced on
+ * the stream (wsd-protocol(7), Closing): a byte that reaches its socket
+ * after its close would make its kernel answer with a reset that TCP
+ * would not have given.  It writes CLOSING, then looks: our SWITCH in its
+ * ring makes it wait for our proof (CLOSING_PROOF), else it reads none
+ * (CLOSING_NO_PROOF); either way it reads the bells CW_BELLS announced.
+ * A writer announces first and looks at this word after: it writes a
+ * proof only on 0 or CLOSING_PROOF, a bell only on 0.
+ */
+enum { WSD_CLOSING = 4, WSD_CLOSING_PROOF = 5, WSD_CLOSING_NO_PROOF = 6 };
 
 struct wsd_word {
 	_Atomic uint64_t v, check;

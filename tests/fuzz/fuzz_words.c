@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			    (((idx == CW_CONSUMED || idx == CW_ZC_DONE || idx == CW_CLAIM) &&
 			      (v > bound || v < last)) ||
 			     ((idx == CW_RX_READY || idx == CW_BACK_REQ) && v > 1) ||
-			     (idx == CW_CLOSED && v > 3) || (idx == CW_MAPPED && v > 2) ||
+			     (idx == CW_CLOSED && v > WSD_CLOSING_NO_PROOF) || (idx == CW_MAPPED && v > 2) ||
 			     (idx == CW_BELLS && v >> 1 < last >> 1)))
 				abort();
 			if (r && v != last)
