@@ -14,7 +14,7 @@
 #include "wsd/wsp.h"
 
 #define P_MAGIC 0x57534453u
-#define P_VERSION 12
+#define P_VERSION 13
 #define P_TUPLE_MAGIC 0x5754
 #define P_CTL 512u                   /* the control area before the ring */
 
