@@ -50,6 +50,7 @@ check)
 	;;
 asan)
 	install_missing
+	install_missing git   # the build is a clean clone of what is committed
 	dir=_build-asan
 	rm -rf "$dir"
 	git clone -q . "$dir"
@@ -61,7 +62,7 @@ asan)
 	;;
 deb)
 	install_missing
-	install_missing debhelper dpkg-dev fakeroot lintian
+	install_missing debhelper dpkg-dev fakeroot lintian git
 	dir=_build-deb
 	rm -rf "$dir"
 	mkdir "$dir"
