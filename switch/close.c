@@ -149,6 +149,9 @@ static void collect(struct wsd_sock *s)
 		if (due)
 			due = proof_due(s);
 	}
+	if (due || !bells_in(s))
+		wsd_debug("switch: fd %d closes without the peer's %s, after %d ms", s->fd,
+			  due ? "proof" : "announced bells", COLLECT_MS);
 }
 
 void wsd_sock_closed(struct wsd_sock *s)
