@@ -106,11 +106,13 @@ static void *srv_thread(void *arg)
 	return NULL;
 }
 
+/* The forked server: its own listener, its port to the parent. */
 static void srv_peer(struct peer *self, void *arg)
 {
-	int lfd = (int)(intptr_t)arg;
+	int port, lfd = t_listen(AF_INET, &port);
 
-	(void)self;
+	(void)arg;
+	ctl_send(self, port);
 	for (int i = 0; i < 2 * 2 * ROUNDS; i++) {
 		int e = serve_one(t_accept(lfd));
 
@@ -280,10 +282,15 @@ int main(int argc, char **argv)
 
 	t_init(argc, argv);
 	t_watchdog(120);
+	/*
+	 * Forked before this process has a socket, so before the switch's
+	 * threads run (gcc 12's ASan allocator is not fork-safe, common.h).
+	 */
+	peer_start(&p, "server", srv_peer, NULL);
 	for (int forked = 0; forked < 2; forked++) {
-		lfd = t_listen(AF_INET, &port);
+		lfd = forked ? -1 : t_listen(AF_INET, &port);
 		if (forked)
-			peer_start(&p, "server", srv_peer, (void *)(intptr_t)lfd);
+			port = ctl_recv(&p);
 		for (int l = L_SELECT; l <= L_EPOLL; l++) {
 			for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
 				int ok = 0;
@@ -319,7 +326,8 @@ int main(int argc, char **argv)
 		}
 		if (forked)
 			peer_end(&p);
-		close(lfd);
+		else
+			close(lfd);
 	}
 	t_exit();
 }
