@@ -85,13 +85,6 @@ static void linger(struct wsd_sock *s, struct linger l)
 	}
 }
 
-/*
- * How long a close waits for the stream bytes the peer's switch announced
- * (its proof, its bells): the peer writes them within its call, so only a
- * peer stopped or dead between its announcement and its write costs this.
- */
-#define COLLECT_MS 1000
-
 /* rx_lock taken here: the peer's SWITCH read if there, and whether its proof is still due. */
 static bool proof_due(struct wsd_sock *s)
 {
@@ -132,7 +125,7 @@ static bool bells_in(struct wsd_sock *s)
 static void collect(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	int64_t end = wsd_now_ms() + COLLECT_MS;
+	int64_t end = wsd_now_ms() + CLOSE_STEP_MS;
 	bool due;
 
 	pthread_mutex_lock(&s->tx_lock);
@@ -151,7 +144,7 @@ static void collect(struct wsd_sock *s)
 	}
 	if (due || !bells_in(s))
 		wsd_debug("switch: fd %d closes without the peer's %s, after %d ms", s->fd,
-			  due ? "proof" : "announced bells", COLLECT_MS);
+			  due ? "proof" : "announced bells", CLOSE_STEP_MS);
 }
 
 void wsd_sock_closed(struct wsd_sock *s)

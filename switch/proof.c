@@ -49,10 +49,8 @@ static int proof_write(struct wsd_sock *s)
  * saw it: then it waits for the proof.  Otherwise its program closed, and
  * a proof written now would reach its socket after the close, whose
  * kernel then resets a connection TCP would have ended cleanly.  A peer
- * that does not say within PROOF_VERDICT_MS is taken not to read it.
+ * that does not say within CLOSE_STEP_MS is taken not to read it.
  */
-#define PROOF_VERDICT_MS 1000
-
 static bool proof_wanted(struct wsd_sock *s)
 {
 	int64_t end = 0;
@@ -65,7 +63,7 @@ static bool proof_wanted(struct wsd_sock *s)
 		if (v != WSD_CLOSING || faulted(s->sess))
 			return false;
 		if (!end)
-			end = wsd_now_ms() + PROOF_VERDICT_MS;
+			end = wsd_now_ms() + CLOSE_STEP_MS;
 		else if (wsd_now_ms() >= end)
 			return false;
 		real.poll(NULL, 0, 1);

@@ -44,6 +44,12 @@
 #define W_MU 2
 #define W_FAIL 3                     /* session_fail's: the first report only */
 #define TICK_MS 10                   /* waits no doorbell can end */
+/*
+ * How long either side of a close waits for the other's next step of the
+ * closing handshake (wsd-protocol(7), Shutdown and close): the peer takes
+ * it within its call, so only a peer stopped or dead mid-step costs this.
+ */
+#define CLOSE_STEP_MS 1000
 #define PROOF_MS 2000                /* part of a proof waits this for the rest */
 
 /* cw.c: control words and RDMA puts; the protocol's failures */
