@@ -78,8 +78,12 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 		if (k < 0)
 			return true;            /* the reset, to be read */
 		ss->rx_pos = r.pos;         /* pads: nothing to read */
-		if (!k)
+		if (!k) {
+			/* dry: what the walk passed is reported, as rx_ring's */
+			if (ss->rx_pos != ss->rx_reported)
+				report(s, true);
 			return false;
+		}
 		if (r.type != REC_WZC)
 			return true;
 		memcpy(&w, r.payload, sizeof(w));

@@ -300,6 +300,15 @@ static ssize_t rx_ring(struct wsd_sock *s, struct cursor *c, int flags)
 			}
 			pthread_mutex_unlock(&s->mu);
 		}
+	} else if (!peek && ss->rx_pos != ss->rx_reported) {
+		/*
+		 * Dry, past records that carry no bytes (pads, the answer to an
+		 * offer let go, a SPLIT): this may be the last look before a
+		 * sleep, whose report went out before it (arm_data).  A sender
+		 * short of exactly that room would wait for a report that nobody
+		 * makes (wsd-protocol(7), Sleeping and waking).
+		 */
+		report(s, true);
 	}
 	if (done)
 		return (ssize_t)done;
