@@ -109,7 +109,10 @@ static void doorbell(struct wsd_sock *s)
 void ring_data(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	uint64_t v = ctl_get(ss, CW_DATA_ARM);
+	uint64_t v;
+
+	race_window();    /* the record out, the arm not yet read */
+	v = ctl_get(ss, CW_DATA_ARM);
 
 	if (v != ss->rung_data) {
 		ss->rung_data = v;
@@ -121,7 +124,10 @@ void ring_data(struct wsd_sock *s)
 void ring_space(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-	uint64_t v = ctl_get(ss, CW_SPACE_ARM);
+	uint64_t v;
+
+	race_window();    /* the room reported, the arm not yet read */
+	v = ctl_get(ss, CW_SPACE_ARM);
 
 	/*
 	 * A direction back on the stream rings no more (tx_switch says no),

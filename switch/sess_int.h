@@ -34,6 +34,8 @@
 #ifndef WSD_SWITCH_SESS_INT_H
 #define WSD_SWITCH_SESS_INT_H
 
+#include <unistd.h>
+
 #include "provider/fault.h"
 #include "provider/internal.h"
 #include "switch/cursor.h"
@@ -51,6 +53,22 @@
  */
 #define CLOSE_STEP_MS 1000
 #define PROOF_MS 2000                /* part of a proof waits this for the rest */
+
+/*
+ * Test builds only (provider/fault.h; tests/fault/wake_check.sh): widen one
+ * step of the sleeper/waker protocol (wsd-protocol(7), Sleeping and
+ * waking), between a word published and the look that must follow it, by
+ * WSD_FAULT=wake-race=US: a sleep of US microseconds at one pass in four of
+ * each thread.  No lock may be held across it that the peer's step needs.
+ */
+static inline void race_window(void)
+{
+	static __thread unsigned passes;
+	long us;
+
+	if (wsd_fault("wake-race", &us) && (++passes & 3) == 0)
+		usleep((useconds_t)us);
+}
 
 /* cw.c: control words and RDMA puts; the protocol's failures */
 int wsa_errno(int e);

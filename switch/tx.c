@@ -364,6 +364,7 @@ int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wait)
 			sleeper_leave(s);
 			return -EPIPE;
 		}
+		race_window();    /* armed, the room not yet looked at again */
 		if (zc_wait ? ctl_get(ss, CW_ZC_DONE) >=
 			      ss->zc_sent : fits(ss, len, false)) {
 			sleeper_leave(s);

@@ -53,6 +53,7 @@ static void arm_write(struct wsd_session *ss, bool self)
 	ss->arm_self = self;
 	ss->arm_bells = ann;
 	atomic_store(&ss->arm_live, true);
+	race_window();    /* armed, the last look not yet taken */
 }
 
 bool arm_unrung(struct wsd_session *ss)
@@ -158,6 +159,7 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		peek = false;
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
+	race_window();    /* looked, not yet asleep: the bell must still wake it */
 	/* its last fd closed: the number may be another file's (sock.c, last_close) */
 	if (atomic_load(&s->closed)) {
 		sleeper_leave(s);
@@ -198,6 +200,7 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		else if (n == 0 && deadline && *deadline > 0 && wsd_now_ms() >= *deadline)
 			e = EAGAIN;
 	}
+	race_window();    /* awake, the bells not yet drained */
 	pthread_mutex_lock(&s->mu);
 	if (atomic_load(&s->closed)) {
 		/* closed while we slept: its doorbells are not ours to read */
