@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define WSD_STAT_MAGIC   0x54534457u    /* "WDST" */
-#define WSD_STAT_VERSION 4u
+#define WSD_STAT_VERSION 5u
 #define WSD_STAT_SLOTS   65536u
 #define WSD_STAT_DIR     "/dev/shm"
 #define WSD_STAT_PREFIX  "wsd-stat."
@@ -26,6 +26,31 @@ struct wsd_stat_addr {
 	uint8_t pad;
 	uint16_t port;         /* host order */
 	uint8_t addr[16];      /* IPv4 in the first 4 bytes */
+};
+
+/* The values of a slot's wait[], in order (wsd/stat.c names them). */
+enum {
+	WSD_WAIT_AT,            /* CLOCK_MONOTONIC ms of the sleep; 0: none yet */
+	WSD_WAIT_WHAT,          /* 1 data, 2 room, 3 a zero-copy completion */
+	WSD_WAIT_MODES,         /* tx_mode << 8 | rx_mode (DIR_*) */
+	WSD_WAIT_SLEEPERS,      /* threads asleep on it, this one included */
+	WSD_WAIT_TX_POS,        /* our sending direction: our position, */
+	WSD_WAIT_CONSUMED,      /* the peer's consumed as last read, */
+	WSD_WAIT_ZC_SENT,       /* our zero-copy records, */
+	WSD_WAIT_ZC_DONE,       /* those the peer finished, */
+	WSD_WAIT_SPACE_GEN,     /* our space arm, */
+	WSD_WAIT_PEER_DATA_ARM, /* the peer's data arm as last read, */
+	WSD_WAIT_RUNG_DATA,     /* the last one we rang for */
+	WSD_WAIT_RX_POS,        /* our receiving direction: our position, */
+	WSD_WAIT_RX_REPORTED,   /* the consumed count we last wrote, */
+	WSD_WAIT_DATA_GEN,      /* our data arm, */
+	WSD_WAIT_PEER_SPACE_ARM,/* the peer's space arm as last read, */
+	WSD_WAIT_RUNG_SPACE,    /* the last one we rang for */
+	WSD_WAIT_BELLS_TX,      /* doorbells we sent, */
+	WSD_WAIT_BELLS_RX,      /* doorbells we read, */
+	WSD_WAIT_BELLS_ANN,     /* doorbells the peer announced, */
+	WSD_WAIT_CLOSED,        /* the peer's closed word */
+	WSD_STAT_WAIT_N
 };
 
 struct wsd_stat_slot {
@@ -53,6 +78,14 @@ struct wsd_stat_slot {
 	 * /proc/PID/smaps, per channel.
 	 */
 	_Atomic uint64_t mem_ino[2];
+	/*
+	 * The ring protocol's state when a thread last went to sleep on the
+	 * socket (wsd stat --waits): what a stall is read from.  Each value is
+	 * stored on its own, outside the seqlock; WSD_WAIT_AT first cleared and
+	 * last set, so a reader that sees it unchanged across its copy saw
+	 * one sleep's values.
+	 */
+	_Atomic uint64_t wait[WSD_STAT_WAIT_N];
 };
 
 struct wsd_stat_file {

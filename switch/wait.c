@@ -121,6 +121,47 @@ static int sndtimeo_ms(struct wsd_sock *s)
 }
 
 /*
+ * For wsd stat --waits: the protocol's state as this thread goes to sleep
+ * (for data, or else room or a zero-copy completion).  The peer's words as
+ * last read and checked (seen[]), never read afresh here: no lock is held
+ * that a fresh read's check needs.  Relaxed stores, WSD_WAIT_AT cleared
+ * first and set last (switch/stat.h).
+ */
+static void note_wait(struct wsd_sock *s, bool for_rx)
+{
+	struct wsd_session *ss = s->sess;
+	_Atomic uint64_t *w = s->stat->wait;
+	uint64_t v[WSD_STAT_WAIT_N];
+
+	if (!ss)
+		return;
+	v[WSD_WAIT_WHAT] = for_rx ? 1 : ss->zc_sent > atomic_load(&ss->seen[CW_ZC_DONE]) ? 3 : 2;
+	v[WSD_WAIT_MODES] = (uint64_t)s->tx_mode << 8 | (uint64_t)s->rx_mode;
+	v[WSD_WAIT_SLEEPERS] = (uint64_t)s->sleepers;
+	v[WSD_WAIT_TX_POS] = ss->tx_pos;
+	v[WSD_WAIT_CONSUMED] = atomic_load(&ss->seen[CW_CONSUMED]);
+	v[WSD_WAIT_ZC_SENT] = ss->zc_sent;
+	v[WSD_WAIT_ZC_DONE] = atomic_load(&ss->seen[CW_ZC_DONE]);
+	v[WSD_WAIT_SPACE_GEN] = ss->space_gen;
+	v[WSD_WAIT_PEER_DATA_ARM] = atomic_load(&ss->seen[CW_DATA_ARM]);
+	v[WSD_WAIT_RUNG_DATA] = ss->rung_data;
+	v[WSD_WAIT_RX_POS] = ss->rx_pos;
+	v[WSD_WAIT_RX_REPORTED] = ss->rx_reported;
+	v[WSD_WAIT_DATA_GEN] = ss->data_gen;
+	v[WSD_WAIT_PEER_SPACE_ARM] = atomic_load(&ss->seen[CW_SPACE_ARM]);
+	v[WSD_WAIT_RUNG_SPACE] = ss->rung_space;
+	v[WSD_WAIT_BELLS_TX] = ss->bells_tx;
+	v[WSD_WAIT_BELLS_RX] = ss->bells_rx;
+	v[WSD_WAIT_BELLS_ANN] = wsd_bells_announced(atomic_load(&ss->seen[CW_BELLS]));
+	v[WSD_WAIT_CLOSED] = atomic_load(&ss->seen[CW_CLOSED]);
+	atomic_store_explicit(&w[WSD_WAIT_AT], 0, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	for (int i = 1; i < WSD_STAT_WAIT_N; i++)
+		atomic_store_explicit(&w[i], v[i], memory_order_relaxed);
+	atomic_store_explicit(&w[WSD_WAIT_AT], (uint64_t)wsd_now_ms(), memory_order_release);
+}
+
+/*
  * Sleep until the kernel fd has something: a doorbell, stream data, the
  * end.  A receiver (and a sender without SO_SNDTIMEO, once bells can reach
  * it) blocks in recv(MSG_PEEK), so SO_RCVTIMEO and SA_RESTART stay the
@@ -160,6 +201,7 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
 	race_window();    /* looked, not yet asleep: the bell must still wake it */
+	note_wait(s, for_rx);
 	/* its last fd closed: the number may be another file's (sock.c, last_close) */
 	if (atomic_load(&s->closed)) {
 		sleeper_leave(s);

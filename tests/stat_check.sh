@@ -225,4 +225,41 @@ wait "$pid" || fail "stat_writer full: $(cat "$tmp/full")"
 grep -q "^full ok" "$tmp/full" || fail "stat_writer full: $(cat "$tmp/full")"
 [ ! -e "$dir/wsd-stat.$pid" ] || fail "the full table's file outlived its exit"
 echo "ok: a full table gives each socket a heap slot of its own"
+# --waits: a real connection under wsd run (the stress program, both ways,
+# spinning off so that its threads sleep): each end's state at its last
+# sleep, as text and in --json's last_wait
+stress=${top_builddir:-.}/tests/sock/stress
+# (wsd run execs it: $! is the program, bounded by its own --timeout, and
+# its forked peer dies with it)
+WSD_SPIN_US=0 "$wsd" run -- "$stress" --bytes 64G --timeout 50 >"$tmp/stress" 2>&1 &
+spid=$!
+pids="$pids $spid"
+n=0
+# (every process's: the program forks its peer)
+until "$wsd" stat --waits >"$tmp/waits" 2>/dev/null &&
+      grep -q '^[0-9]* stress fd [0-9]*: slept [0-9]* ms ago for ' "$tmp/waits"; do
+	n=$((n + 1))
+	[ $n -le 100 ] || fail "no wait shown for the stress program: $(cat "$tmp/waits" "$tmp/stress")"
+	sleep 0.1
+done
+for l in '^  send: pos [0-9]* consumed [0-9]* zc [0-9]*/[0-9]* space_arm [0-9]*; peer' \
+	 '^  receive: pos [0-9]* reported [0-9]* data_arm [0-9]*; peer' \
+	 '^  doorbells: sent [0-9]* read [0-9]* announced [0-9]*; peer'; do
+	grep -q "$l" "$tmp/waits" || fail "wsd stat --waits lacks '$l': $(cat "$tmp/waits")"
+done
+"$wsd" stat --json >"$tmp/json" || fail "wsd stat --json failed"
+python3 - "$tmp/json" <<'EOF' || fail "last_wait in JSON: $(cat "$tmp/json")"
+import json, sys
+p = json.load(open(sys.argv[1]))["processes"]
+w = [x["last_wait"] for q in p if q["comm"] == "stress" for x in q["sockets"]
+     if "last_wait" in x]
+assert w, "no socket has last_wait"
+for k in ("age_ms", "for", "tx_pos", "consumed", "rx_pos", "rx_reported",
+          "data_arm", "space_arm", "bells_tx", "bells_rx", "peer_closed"):
+    assert k in w[0], k
+assert w[0]["for"] in (1, 2, 3) and w[0]["rx_reported"] <= w[0]["rx_pos"]
+EOF
+kill "$spid" 2>/dev/null
+wait "$spid" 2>/dev/null
+echo "ok: --waits shows each end's state at its last sleep"
 echo "wsd stat: all checks passed"

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "switch/stat.h"
@@ -31,6 +32,22 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 _Static_assert(WSD_STAT_NREFUSED == WSD_STAT_REASONS, "wsd/stat.h: refused[]");
+_Static_assert(sizeof(((struct row *)0)->wait) / sizeof(uint64_t) == WSD_STAT_WAIT_N,
+	       "wsd/stat.h: wait[]");
+
+/* the last sleep's values (switch/stat.h, WSD_WAIT_*), by their JSON keys */
+static const char *const wait_keys[WSD_STAT_WAIT_N] = {
+	[WSD_WAIT_AT] = "at_ms", [WSD_WAIT_WHAT] = "for", [WSD_WAIT_MODES] = "modes",
+	[WSD_WAIT_SLEEPERS] = "sleepers", [WSD_WAIT_TX_POS] = "tx_pos",
+	[WSD_WAIT_CONSUMED] = "consumed", [WSD_WAIT_ZC_SENT] = "zc_sent",
+	[WSD_WAIT_ZC_DONE] = "zc_done", [WSD_WAIT_SPACE_GEN] = "space_arm",
+	[WSD_WAIT_PEER_DATA_ARM] = "peer_data_arm", [WSD_WAIT_RUNG_DATA] = "rung_data",
+	[WSD_WAIT_RX_POS] = "rx_pos", [WSD_WAIT_RX_REPORTED] = "rx_reported",
+	[WSD_WAIT_DATA_GEN] = "data_arm", [WSD_WAIT_PEER_SPACE_ARM] = "peer_space_arm",
+	[WSD_WAIT_RUNG_SPACE] = "rung_space", [WSD_WAIT_BELLS_TX] = "bells_tx",
+	[WSD_WAIT_BELLS_RX] = "bells_rx", [WSD_WAIT_BELLS_ANN] = "bells_announced",
+	[WSD_WAIT_CLOSED] = "peer_closed",
+};
 #define HDR_LEN offsetof(struct wsd_stat_file, slots)
 
 static const char *const path_names[] = {
@@ -86,6 +103,33 @@ static void addr_text(const struct wsd_stat_addr *a, char *buf, size_t len)
 }
 
 /*
+ * The state at the socket's last sleep: one sleep's values when its time
+ * reads the same before and after the copy (switch/stat.h), else none.
+ */
+static void wait_read(const struct wsd_stat_slot *src, struct row *r)
+{
+	struct timespec ts;
+
+	for (int tries = 0; tries < 100; tries++) {
+		uint64_t at = atomic_load_explicit(&src->wait[WSD_WAIT_AT], memory_order_acquire);
+
+		if (!at)
+			break;
+		for (int i = 1; i < WSD_STAT_WAIT_N; i++)
+			r->wait[i] = atomic_load_explicit(&src->wait[i], memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&src->wait[WSD_WAIT_AT], memory_order_relaxed) == at) {
+			r->wait[WSD_WAIT_AT] = at;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			r->wait_age_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 -
+					 (int64_t)at;
+			return;
+		}
+	}
+	r->wait[WSD_WAIT_AT] = 0;
+}
+
+/*
  * Copy slot src by the seqlock rule (switch/stat.h): the descriptive fields
  * count only when gen was even and the same before and after.  The counters
  * are outside the seqlock (each one atomic), so they are read one by one.
@@ -130,6 +174,7 @@ static bool slot_read(const struct wsd_stat_slot *src, uint32_t idx, struct row 
 			memory_order_relaxed);
 	for (int k = 0; k < 2; k++)
 		r->mem_ino[k] = atomic_load_explicit(&src->mem_ino[k], memory_order_relaxed);
+	wait_read(src, r);
 	return true;
 }
 
@@ -352,6 +397,12 @@ static void print_json(const struct proc *procs, size_t nprocs)
 			json_str(r->reason);
 			for (int c = 0; c < NCTRS; c++)
 				printf(",\"%s\":%" PRIu64, ctrs[c].key, r->ctr[c]);
+			if (r->wait[WSD_WAIT_AT]) {
+				printf(",\"last_wait\":{\"age_ms\":%" PRId64, r->wait_age_ms);
+				for (int w = 1; w < WSD_STAT_WAIT_N; w++)
+					printf(",\"%s\":%" PRIu64, wait_keys[w], r->wait[w]);
+				putchar('}');
+			}
 			putchar('}');
 		}
 		printf("]");
@@ -512,11 +563,62 @@ static void print_table(const struct proc *procs, size_t nprocs)
 	print_refused(procs, nprocs);
 }
 
+/* A direction's mode (switch.h, DIR_*) as wsd-protocol(7) names it. */
+static const char *mode_text(uint64_t m)
+{
+	static const char *const names[] = { "TCP", "DRAIN", "RING", "PROOF", "PROV" };
+
+	return m < ARRAY_SIZE(names) ? names[m] : "?";
+}
+
+/*
+ * --waits: each socket's state when a thread last went to sleep on it, the
+ * ring protocol's words on both sides (wsd-protocol(7), Sleeping and
+ * waking).  Of a stall, both ends' show who waits for what.
+ */
+static void print_waits(const struct proc *procs, size_t nprocs)
+{
+	static const char *const what[] = { "?", "data", "room", "a zero-copy completion" };
+
+	for (size_t i = 0; i < nprocs; i++) {
+		const struct proc *p = &procs[i];
+		char comm[64];
+
+		comm_text(p->comm, comm, sizeof(comm));
+		for (size_t j = 0; j < p->nrows; j++) {
+			const uint64_t *w = p->rows[j].wait;
+
+			if (!w[WSD_WAIT_AT])
+				continue;
+			printf("%d %s fd %" PRId32 ": slept %" PRId64 " ms ago for %s, "
+			       "tx %s rx %s, %" PRIu64 " asleep\n",
+			       p->pid, comm, p->rows[j].fd, p->rows[j].wait_age_ms,
+			       what[w[WSD_WAIT_WHAT] < 4 ? w[WSD_WAIT_WHAT] : 0],
+			       mode_text(w[WSD_WAIT_MODES] >> 8), mode_text(w[WSD_WAIT_MODES] & 0xff),
+			       w[WSD_WAIT_SLEEPERS]);
+			printf("  send: pos %" PRIu64 " consumed %" PRIu64 " zc %" PRIu64 "/%"
+			       PRIu64 " space_arm %" PRIu64 "; peer's data_arm %" PRIu64
+			       " rung %" PRIu64 "\n",
+			       w[WSD_WAIT_TX_POS], w[WSD_WAIT_CONSUMED], w[WSD_WAIT_ZC_DONE],
+			       w[WSD_WAIT_ZC_SENT], w[WSD_WAIT_SPACE_GEN], w[WSD_WAIT_PEER_DATA_ARM],
+			       w[WSD_WAIT_RUNG_DATA]);
+			printf("  receive: pos %" PRIu64 " reported %" PRIu64 " data_arm %" PRIu64
+			       "; peer's space_arm %" PRIu64 " rung %" PRIu64 "\n",
+			       w[WSD_WAIT_RX_POS], w[WSD_WAIT_RX_REPORTED], w[WSD_WAIT_DATA_GEN],
+			       w[WSD_WAIT_PEER_SPACE_ARM], w[WSD_WAIT_RUNG_SPACE]);
+			printf("  doorbells: sent %" PRIu64 " read %" PRIu64 " announced %" PRIu64
+			       "; peer's closed %" PRIu64 "\n",
+			       w[WSD_WAIT_BELLS_TX], w[WSD_WAIT_BELLS_RX], w[WSD_WAIT_BELLS_ANN],
+			       w[WSD_WAIT_CLOSED]);
+		}
+	}
+}
+
 /* ---- the command ----------------------------------------------------------- */
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: wsd stat [--json | --channels] [PID...]\n");
+	fprintf(stderr, "usage: wsd stat [--json | --channels | --waits] [PID...]\n");
 	return 2;
 }
 
@@ -604,18 +706,20 @@ int cmd_stat(int argc, char **argv)
 	struct proc *procs = NULL;
 	size_t nprocs = 0;
 	int *want = NULL, nwant = 0, status, i, k;
-	bool json = false, chans = false, *seen = NULL;
+	bool json = false, chans = false, waits = false, *seen = NULL;
 
 	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			json = true;
 		} else if (!strcmp(argv[i], "--channels")) {
 			chans = true;
+		} else if (!strcmp(argv[i], "--waits")) {
+			waits = true;
 		} else if (!strcmp(argv[i], "--")) {
 			i++;
 			break;
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: wsd stat [--json | --channels] [PID...]\n");
+			printf("usage: wsd stat [--json | --channels | --waits] [PID...]\n");
 			return 0;
 		} else {
 			return usage();
@@ -645,7 +749,7 @@ int cmd_stat(int argc, char **argv)
 			want[nwant++] = (int)strtol(argv[i], NULL, 10);
 	}
 
-	if (json && chans)
+	if (json + chans + waits > 1)
 		return usage();
 	status = scan(want, nwant, seen, &procs, &nprocs);
 	for (size_t j = 0; j < nprocs; j++)
@@ -657,6 +761,8 @@ int cmd_stat(int argc, char **argv)
 		print_json(procs, nprocs);
 	else if (chans)
 		stat_channels_table(procs, nprocs);
+	else if (waits)
+		print_waits(procs, nprocs);
 	else
 		print_table(procs, nprocs);
 	for (k = 0; k < nwant; k++) {
