@@ -27,6 +27,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -303,14 +304,28 @@ static void watchdog(int sig)
 }
 
 /*
+ * Before the reports below start a child (system): under the switch, a
+ * child started so gets every socket that is not close-on-exec, and each
+ * of those is first moved back to the kernel stream (a BACK handshake
+ * with the peer, bounded in time).  On a stalled channel that would
+ * change what the report is meant to show; the child needs none of them.
+ */
+static void keep_from_children(const struct conn *c)
+{
+	for (int i = 0; i < o.conns; i++)
+		fcntl(c[i].fd, F_SETFD, fcntl(c[i].fd, F_GETFD) | FD_CLOEXEC);
+}
+
+/*
  * At a stall, for the log: the switch's view of our connections (wsd stat:
  * path, reason, byte counts) and where each of our threads waits (its name,
  * state and, from /proc, its kernel wait channel and system call).
  */
-static void stall_report(void)
+static void stall_report(const struct conn *c)
 {
 	char cmd[512];
 
+	keep_from_children(c);
 	if (getenv("WSD_BIN")) {
 		snprintf(cmd, sizeof(cmd), "%s stat %d >&2", getenv("WSD_BIN"), (int)getpid());
 		if (system(cmd) != 0)
@@ -361,7 +376,7 @@ static void *watch_main(void *arg)
 				", %s received %" PRIu64 " of %" PRIu64 ", still for %.1f s\n",
 				i, w->c[i].fd, i, i, w->name_tx, w->c[i].tx.done, w->name_rx,
 				w->c[i].rx.done, o.bytes, still[i] / 10.0);
-		stall_report();
+		stall_report(w->c);
 		fflush(tr);
 		/*
 		 * The peer finds the same stall and reports its side too;
@@ -472,6 +487,7 @@ static void run(struct peer *ctl, const int *fds, int me)
 		/* the switch's view of the failed connection (its reason), for the log */
 		char cmd[512];
 
+		keep_from_children(c);
 		snprintf(cmd, sizeof(cmd), "%s stat %d >&2", getenv("WSD_BIN"), (int)getpid());
 		if (system(cmd) != 0)
 			fprintf(stderr, "(%s failed)\n", cmd);
