@@ -381,12 +381,14 @@ static void *watch_main(void *arg)
 		/*
 		 * The peer finds the same stall and reports its side too;
 		 * it is killed when we exit, so let its report finish
-		 * (wsd stat is slow in the VM rig's guest).
+		 * (wsd stat is slow in the VM rig's guest).  The peer
+		 * waits as long, so that a look from outside (the VM rig's
+		 * soak: QP states, kernel stacks) finds both ends as they
+		 * stalled, not one of them gone and its QP with it.
 		 */
-		if (w->parent) {
-			sleep_ms(10000);
+		sleep_ms(10000);
+		if (w->parent)
 			replay_note();
-		}
 		_exit(3);
 	}
 	return NULL;
