@@ -8,16 +8,18 @@
  * are exchanged and must agree.  Prints the throughput and "ok".
  *
  *   stress [--bytes N[K|M|G]] [--seed S] [--ipv6] [--timeout SECONDS]
- *          [--conns N] [--pause-ms MS] [--stall-s SECONDS]
+ *          [--conns N] [--same-buffer] [--pause-ms MS] [--stall-s SECONDS]
  *
  * --bytes is per direction and connection (default 4G); --timeout bounds
  * the whole run (default 600 s) as the watchdog does for the behaviour
  * programs.  --conns opens N connections (default 1) between the same two
  * processes, so all share one switch channel, each with its own pair of
- * threads at each end and its own seed, derived from --seed.  --pause-ms
- * makes the receivers sleep now and then (one receive in 8, for 0 .. MS
- * ms, drawn from the seeded generator) so that senders fill the rings and
- * wait for room, then have to be woken.  A connection that moves nothing
+ * threads at each end and its own seed, derived from --seed; each sends
+ * from a buffer of its own, or with --same-buffer all from one (as a
+ * server sending one file to many clients does).  --pause-ms makes the
+ * receivers sleep now and then (one receive in 8, for 0 .. MS ms, drawn
+ * from the seeded generator) so that senders fill the rings and wait for
+ * room, then have to be woken.  A connection that moves nothing
  * either way for --stall-s seconds (default 60) fails the run at once,
  * naming where each direction stopped.  A failed run prints its seed and
  * the command line that replays it.  With WSD_EXPECT_ZCOPY set (and
@@ -34,6 +36,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -54,6 +57,7 @@ struct opts {
 	int family;
 	unsigned timeout;
 	int conns;
+	bool same_buffer;
 	unsigned pause_ms;
 	unsigned stall_s;
 };
@@ -133,14 +137,36 @@ static size_t rand_size(uint64_t *x)
 	return 1 + rng_next(x) % (1ull << bits);
 }
 
-/* The stream of one direction, with its first MAX_MSG bytes repeated
- * after the period so any message is one contiguous slice. */
-static unsigned char *make_stream(uint32_t seed)
-{
-	unsigned char *b = malloc((size_t)PERIOD + MAX_MSG);
+#define STREAM_SIZE ((size_t)PERIOD + MAX_MSG)
 
-	if (!b)
+/* Another mapping of the stream in memfd, at an address of its own. */
+static unsigned char *map_stream(int memfd)
+{
+	void *p = mmap(NULL, STREAM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+
+	if (p == MAP_FAILED)
+		die("mmap of the stream: %s", ename(errno));
+	return p;
+}
+
+/*
+ * The stream of one direction, with its first MAX_MSG bytes repeated
+ * after the period so any message is one contiguous slice.  In memory of
+ * its own (malloc), or, given memfd, in a memfd that map_stream maps
+ * again for each connection's sender.
+ */
+static unsigned char *make_stream(uint32_t seed, int *memfd)
+{
+	unsigned char *b;
+
+	if (memfd) {
+		*memfd = memfd_create("stress-stream", 0);
+		if (*memfd < 0 || ftruncate(*memfd, STREAM_SIZE) < 0)
+			die("memfd for the stream: %s", ename(errno));
+		b = map_stream(*memfd);
+	} else if (!(b = malloc(STREAM_SIZE))) {
 		die("out of memory");
+	}
 	pattern(b, PERIOD, seed, 0);
 	memcpy(b + PERIOD, b, MAX_MSG);
 	return b;
@@ -160,10 +186,9 @@ struct dir {
 	int conn;
 	const unsigned char *stream;
 	/*
-	 * Where in the stream this connection starts.  The connections share
-	 * one stream per direction (a copy each would be 24 MiB apiece), each
-	 * at its own place in it, so bytes of one connection delivered on
-	 * another do not match.
+	 * Where in the stream this connection starts: the connections share
+	 * the stream's bytes (run), each from its own place in it, so that
+	 * bytes of one connection delivered on another do not match.
 	 */
 	uint64_t start;
 	uint64_t rng;
@@ -450,15 +475,25 @@ static void run(struct peer *ctl, const int *fds, int me)
 	struct watch w = { .c = c, .name_tx = name[me], .name_rx = name[1 - me],
 			   .parent = me == 0 };
 	unsigned char *tx_stream, *rx_stream;
-	int failed = -1;
+	bool own_maps = o.conns > 1 && !o.same_buffer;
+	int failed = -1, memfd = -1;
 	double t0;
 
 	if (!c)
 		die("out of memory");
-	tx_stream = make_stream((uint32_t)o.seed * 2 + me);
-	rx_stream = make_stream((uint32_t)o.seed * 2 + 1 - me);
+	/*
+	 * The connections' senders share one copy of the stream (24 MiB
+	 * apiece would not fit the VM rig's guest), each connection from
+	 * its own place in it.  Unless --same-buffer, each sends from its
+	 * own mapping of it: to the switch, which registers a sender's
+	 * buffer for zero copy by its address, they are separate buffers,
+	 * as separate programs' would be.
+	 */
+	tx_stream = make_stream((uint32_t)o.seed * 2 + me, own_maps ? &memfd : NULL);
+	rx_stream = make_stream((uint32_t)o.seed * 2 + 1 - me, NULL);
 	for (int i = 0; i < o.conns; i++)
-		conn_init(&c[i], i, fds[i], me, tx_stream, rx_stream);
+		conn_init(&c[i], i, fds[i], me, own_maps && i ? map_stream(memfd) : tx_stream,
+			  rx_stream);
 	/* both ends start the clock together */
 	ctl_send(ctl, 0);
 	ctl_recv(ctl);
@@ -519,7 +554,13 @@ static void run(struct peer *ctl, const int *fds, int me)
 		    c[i].rx.done / secs / 1e6, peer_tx_sum, rx_sum);
 		CHECK(peer_tx_sum == rx_sum, "%s%s: the checksums differ", conn_tag(i), name[1 - me]);
 	}
-	free(tx_stream);
+	if (own_maps) {
+		for (int i = 0; i < o.conns; i++)
+			munmap((void *)c[i].tx.stream, STREAM_SIZE);
+		close(memfd);
+	} else {
+		free(tx_stream);
+	}
 	free(rx_stream);
 	free(c);
 }
@@ -647,6 +688,8 @@ static void make_replay(void)
 		replay_word("--ipv6");
 	replay_opt("--timeout", o.timeout);
 	replay_opt("--conns", o.conns);
+	if (o.same_buffer)
+		replay_word("--same-buffer");
 	replay_opt("--pause-ms", o.pause_ms);
 	replay_opt("--stall-s", o.stall_s);
 	replay[replay_len++] = '\n';
@@ -672,6 +715,8 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--conns") && i + 1 < argc) {
 			o.conns = (int)parse_uint(argv[i], argv[i + 1], 1, MAX_CONNS);
 			i++;
+		} else if (!strcmp(argv[i], "--same-buffer")) {
+			o.same_buffer = true;
 		} else if (!strcmp(argv[i], "--pause-ms") && i + 1 < argc) {
 			o.pause_ms = parse_uint(argv[i], argv[i + 1], 0, 60000);
 			i++;
@@ -680,8 +725,8 @@ int main(int argc, char **argv)
 			i++;
 		} else {
 			fprintf(stderr, "usage: stress [--bytes N[K|M|G]] [--seed S] [--ipv6] "
-					"[--timeout SECONDS] [--conns N] [--pause-ms MS] "
-					"[--stall-s SECONDS]\n");
+					"[--timeout SECONDS] [--conns N] [--same-buffer] "
+					"[--pause-ms MS] [--stall-s SECONDS]\n");
 			return 2;
 		}
 	}
@@ -699,8 +744,9 @@ int main(int argc, char **argv)
 	say("stress: seed %" PRIu64 ", %" PRIu64 " bytes each way, %s, sizes 1 B .. 8 MiB",
 	    o.seed, o.bytes, famname(o.family));
 	if (o.conns > 1 || o.pause_ms)
-		say("stress: %d connections, each with its own threads; receivers pause up to %u ms",
-		    o.conns, o.pause_ms);
+		say("stress: %d connections, each with its own threads%s; receivers pause up to %u ms",
+		    o.conns, o.same_buffer && o.conns > 1 ? ", all sending from one buffer" : "",
+		    o.pause_ms);
 	peer_start(&b, "b", server, NULL);
 	{
 		int port = ctl_recv(&b);
