@@ -516,7 +516,8 @@ extern _Atomic uint64_t wsd_accel_gen;
 void wsd_poll_sock_accelerated(struct wsd_sock *s);
 /*
  * s->mu held.  Its doorbells were read by a call that does not arm again
- * (a sender's or a blocking receiver's wait): the sets it is parked in
+ * (a sender's or a blocking receiver's wait): the sets it is parked in,
+ * and those a thread sleeps on or that are watched through their fd,
  * look at it once more.
  */
 void wsd_poll_sock_unpark(struct wsd_sock *s);
