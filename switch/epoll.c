@@ -424,11 +424,16 @@ static void rq_push(struct wsd_epitem *it)
 	set_wake(set);
 }
 
+void wsd_poll_sock_accelerated_locked(struct wsd_sock *s)
+{
+	for (struct wsd_epitem *it = s->ep_items; it; it = it->s_next)
+		rq_push(it);
+}
+
 void wsd_poll_sock_accelerated(struct wsd_sock *s)
 {
 	pthread_mutex_lock(&s->mu);
-	for (struct wsd_epitem *it = s->ep_items; it; it = it->s_next)
-		rq_push(it);
+	wsd_poll_sock_accelerated_locked(s);
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -271,9 +271,13 @@ void publish_rx_ready(struct wsd_sock *s)
 	 * accelerated, however late this thread gets to the end (poll.c,
 	 * woke_by_switch).  Accelerated only after RX_READY, a wait that
 	 * began in between, or woke before the flag, took the peer's proof
-	 * on the stream for data.
+	 * on the stream for data.  So for epoll: its sets re-register the
+	 * socket at their next look, before they read what the stream woke
+	 * them with (epoll_wait.c, harvest).
 	 */
 	s->accel = true;
+	if (!was)
+		wsd_poll_sock_accelerated_locked(s);
 	atomic_fetch_add(&wsd_accel_gen, 1);
 	/*
 	 * Armed first: a poll or epoll already asleep on the fd started while

@@ -514,6 +514,8 @@ char *wsd_prefix_env(void);
 extern _Atomic uint64_t wsd_accel_gen;
 /* s was accelerated, or became plain, or its sending side moved: re-register it in epoll sets. */
 void wsd_poll_sock_accelerated(struct wsd_sock *s);
+/* ...with s->mu held (publish_rx_ready: before the peer may switch). */
+void wsd_poll_sock_accelerated_locked(struct wsd_sock *s);
 /*
  * s->mu held.  Its doorbells were read by a call that does not arm again
  * (a sender's or a blocking receiver's wait): the sets it is parked in,
