@@ -141,8 +141,11 @@ static void server(struct peer *self, void *arg)
 			int cfd = t_accept(lfd), early = 0;
 
 			for (int i = 0; i < TURNS; i++) {
-				if (wait_readable(cfd, -1, m == M_EPOLL ? M_POLL : m, 10000) != 1)
-					die("turns: the wait failed");
+				int r = wait_readable(cfd, -1, m == M_EPOLL ? M_POLL : m, 10000);
+
+				if (r != 1)
+					die("turns, server: turn %d: the wait returned %d (%s)", i, r,
+					    ename(errno));
 				if (recv(cfd, &c, 1, MSG_DONTWAIT) != 1) {
 					early++;
 					recv_all(cfd, &c, 1);
@@ -271,7 +274,7 @@ static void turns(struct peer *srv, enum mode m)
 
 	for (int k = 0; k < TURN_CONNS; k++) {
 		struct epoll_event ev = { .events = EPOLLIN };
-		int fd, ep;
+		int fd, ep, r;
 
 		ctl_send(srv, ASK_TURNS);
 		ctl_send(srv, m);
@@ -282,8 +285,10 @@ static void turns(struct peer *srv, enum mode m)
 			char c = (char)i, d;
 
 			send_all(fd, &c, 1);
-			if (wait_readable(fd, ep, m, 10000) != 1)
-				die("turns: the wait failed");
+			r = wait_readable(fd, ep, m, 10000);
+			if (r != 1)
+				die("turns, %s: connection %d, turn %d: the wait returned %d (%s)",
+				    mode_name[m], k, i, r, ename(errno));
 			if (recv(fd, &d, 1, MSG_DONTWAIT) != 1) {
 				early++;
 				recv_all(fd, &d, 1);
