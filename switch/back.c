@@ -3,7 +3,8 @@
  * Back to the stream (BACK), for good: a direction going back (go_back;
  * serve_back when the peer asks), the peer's BACK at the head
  * (check_back), its bells still on the stream skipped (skip_bells), and
- * what a socket owes before the stream's bytes (the prefix: pre_recv).
+ * what a socket owes before the stream's bytes (the prefix and those
+ * bells: pre_recv, skip_owed).
  * Fork and exec: a socket brought back both ways first (wsd_sock_downgrade,
  * wsd_sock_bare), what it holds unread kept as a shared prefix
  * (set_prefix).  Locks: rx_lock, then tx_lock, then mu; the downgrade
@@ -24,8 +25,9 @@
 /*
  * A direction goes back for good when its process forks or execs (or the
  * peer's does and asks): see wsd_sock_downgrade() and wsd-protocol(7).
- * Once both have, the socket is plain TCP again, but for a prefix still to
- * read, which poll must count (so it stays "accelerated" until then).
+ * Once both have, the socket is plain TCP again, but for what it still owes
+ * before the stream's bytes, which poll must count (so it stays
+ * "accelerated" until then).
  */
 static void set_back(struct wsd_sock *s, bool rx)
 {
@@ -43,8 +45,21 @@ static void set_back(struct wsd_sock *s, bool rx)
 }
 
 /*
+ * mu held, both directions back: something comes before the stream's next
+ * byte, the prefix's bytes or the peer's bells still to skip.  While it
+ * does, the kernel's readability is not the socket's (a bell would make
+ * the fd readable with nothing to read), so readiness stays the switch's
+ * to say (wsd_sock_revents).
+ */
+static bool owes(const struct wsd_sock *s)
+{
+	return (s->pre && !atomic_load_explicit(&s->pre->done, memory_order_acquire)) ||
+	       (s->rx_back && s->rx_skip);
+}
+
+/*
  * Both directions are back (or never left, the ring's peer failing its
- * proof): plain TCP, but for a prefix poll must count.
+ * proof): plain TCP, but for what it owes first, which poll must count.
  */
 void plain_again(struct wsd_sock *s, enum wsd_reason why)
 {
@@ -53,7 +68,7 @@ void plain_again(struct wsd_sock *s, enum wsd_reason why)
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
 	s->rx_ready_sent = false;
-	s->accel = wsd_prefix_has_data(s->pre);
+	s->accel = owes(s);
 	now = s->accel;
 	s->no_upgrade = true;
 	s->why_not = (uint8_t)why;
@@ -67,15 +82,15 @@ void plain_again(struct wsd_sock *s, enum wsd_reason why)
 	wsd_debug("switch: fd %d is back on the stream both ways", s->fd);
 }
 
-/* The prefix ran out: the socket's readiness is the kernel's alone now. */
-static void pre_spent(struct wsd_sock *s)
+/* Something owed was paid: once nothing is, the socket's readiness is the kernel's alone. */
+static void owed_paid(struct wsd_sock *s)
 {
 	bool was;
 
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
 	if (s->rx_back && s->tx_back)
-		s->accel = false;
+		s->accel = owes(s);
 	pthread_mutex_unlock(&s->mu);
 	if (was && !s->accel)
 		wsd_poll_sock_accelerated(s);
@@ -268,6 +283,43 @@ int skip_bells(struct wsd_sock *s, uint64_t *left, uint64_t end)
 }
 
 /*
+ * rx_lock held, the prefix's bytes (if any) read: the peer's bells still
+ * owed on the stream before its next byte, skipped (the prefix's, then
+ * those a BACK counted).  0 once none is left: the stream's next byte is
+ * data, its end or its error.  -EAGAIN while a bell is on its way,
+ * -ECONNRESET when a byte is not the bell it should be.
+ */
+int skip_owed(struct wsd_sock *s)
+{
+	struct wsd_prefix *p = s->pre;
+	bool paid = false;
+	int r;
+
+	if (p && !atomic_load_explicit(&p->done, memory_order_acquire)) {
+		wsd_prefix_lock(p);
+		/* the prefix keeps the last bell's number's low 32 bits: the values' */
+		r = p->off < p->len ? -EAGAIN :
+		    skip_bells(s, &p->skip, (uint32_t)(p->bells_end - (uint32_t)p->skip) + p->skip);
+		if (!r)
+			atomic_store_explicit(&p->done, 1, memory_order_release);
+		wsd_prefix_unlock(p);
+		if (r)
+			return r;
+		paid = true;
+	}
+	if (s->rx_skip && s->rx_back) {
+		r = skip_bells(s, &s->rx_skip, s->rx_skip_end);
+		if (r)
+			return r;
+		paid = true;
+	}
+	/* (or another process paid the prefix we share: nothing is owed here either) */
+	if (paid || (s->accel && s->rx_back && s->tx_back))
+		owed_paid(s);
+	return 0;
+}
+
+/*
  * rx_lock held: what the socket owes before its stream's bytes: the prefix,
  * then the peer's bells still on the stream.  Bytes, -EAGAIN while a bell
  * is on its way, or 0: read the stream.
@@ -277,8 +329,6 @@ ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags)
 	struct wsd_prefix *p = s->pre;
 
 	if (p && !atomic_load_explicit(&p->done, memory_order_acquire)) {
-		int r;
-
 		wsd_prefix_lock(p);
 		if (p->off < p->len) {
 			size_t k = p->len - p->off;
@@ -291,18 +341,9 @@ ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags)
 			wsd_prefix_unlock(p);
 			return (ssize_t)k;
 		}
-		/* the prefix keeps the last bell's number's low 32 bits: the values' */
-		r = skip_bells(s, &p->skip, (uint32_t)(p->bells_end - (uint32_t)p->skip) + p->skip);
-		if (!r)
-			atomic_store_explicit(&p->done, 1, memory_order_release);
 		wsd_prefix_unlock(p);
-		if (r)
-			return r;
-		pre_spent(s);
 	}
-	if (s->rx_skip && s->rx_back)
-		return skip_bells(s, &s->rx_skip, s->rx_skip_end);
-	return 0;
+	return skip_owed(s);
 }
 
 /* ---- fork and exec: back to the stream ------------------------------------------ */

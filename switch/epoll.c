@@ -424,20 +424,32 @@ static void rq_push(struct wsd_epitem *it)
 	set_wake(set);
 }
 
+void wsd_poll_sock_accelerated_locked(struct wsd_sock *s)
+{
+	for (struct wsd_epitem *it = s->ep_items; it; it = it->s_next)
+		rq_push(it);
+}
+
 void wsd_poll_sock_accelerated(struct wsd_sock *s)
 {
 	pthread_mutex_lock(&s->mu);
-	for (struct wsd_epitem *it = s->ep_items; it; it = it->s_next)
-		rq_push(it);
+	wsd_poll_sock_accelerated_locked(s);
 	pthread_mutex_unlock(&s->mu);
 }
 
 void wsd_poll_sock_unpark(struct wsd_sock *s)
 {
-	if (!atomic_load(&s->ep_parked))
-		return;
+	bool parked = atomic_load(&s->ep_parked) > 0;
+
+	/*
+	 * Not only the sets it is parked in: a thread asleep in the kernel on
+	 * a set (or a wait on the set's own fd) was woken by the same bell,
+	 * and the kernel looks at the fd again before it returns, which may
+	 * be after the bell was read: it would sleep on with the data there.
+	 */
 	for (struct wsd_epitem *it = s->ep_items; it; it = it->s_next)
-		rq_push(it);
+		if (parked || atomic_load(&it->set->waiters) || atomic_load(&it->set->nested))
+			rq_push(it);
 }
 
 bool wsd_poll_sock_watched(struct wsd_sock *s)

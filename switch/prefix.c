@@ -170,7 +170,8 @@ void wsd_prefix_inherit(void)
 		s->rx_back = s->tx_back = true;
 		s->no_upgrade = true;
 		s->why_not = R_BACK;
-		s->accel = wsd_prefix_has_data(p);   /* readiness counts the prefix */
+		/* readiness counts the prefix, and the bells to skip after it */
+		s->accel = !atomic_load(&p->done);
 		s->nonblock = real.fcntl(fd, F_GETFL) & O_NONBLOCK;
 		wsd_stat_begin(s->stat);
 		s->stat->reason = R_BACK;

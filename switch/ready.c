@@ -42,6 +42,23 @@ void reset_if_shut(struct wsd_sock *s)
 	pthread_mutex_unlock(&s->tx_lock);
 }
 
+/*
+ * rx_lock held, rx back on the stream (or a socket left with only a prefix
+ * by fork or exec), the prefix's bytes read: what the stream gives a
+ * receive now.  Nothing while the peer's bells still owed there are not
+ * all skipped: they make the fd readable with nothing to read.  Then the
+ * kernel, asked now: what a wait saw before may be the very bell just
+ * skipped.
+ */
+static short stream_revents(struct wsd_sock *s)
+{
+	struct pollfd p = { .fd = s->fd, .events = POLLIN };
+
+	if (skip_owed(s) || real.poll(&p, 1, 0) != 1)
+		return 0;
+	return p.revents;
+}
+
 static bool rx_readable(struct wsd_sock *s, short kernel)
 {
 	struct wsd_session *ss = s->sess;
@@ -54,14 +71,8 @@ static bool rx_readable(struct wsd_sock *s, short kernel)
 		return true;
 	rx_settle(s, false);
 	check_back(s);
-	if (s->rx_back) {
-		/* bells not yet skipped make the fd readable with nothing to read */
-		struct pollfd p = { .fd = s->fd, .events = POLLIN };
-
-		if (s->rx_skip && skip_bells(s, &s->rx_skip, s->rx_skip_end))
-			return false;
-		return real.poll(&p, 1, 0) == 1;
-	}
+	if (s->rx_back)
+		return stream_revents(s) != 0;
 	if (s->rx_mode == DIR_PROOF)
 		return false;   /* the stream's next bytes are the proof, not data */
 	if (s->rx_mode != DIR_RING)
@@ -113,10 +124,18 @@ short wsd_sock_revents(struct wsd_sock *s, short events, short kernel, bool arm)
 	bool in;
 
 	if (!s->sess || (s->rx_back && s->tx_back)) {
-		/* plain again (BACK), with a prefix to count */
-		r = kernel;
-		if (wsd_prefix_has_data(s->pre))
-			r |= POLLIN;
+		/*
+		 * Plain again (BACK), with a prefix or the peer's bells still
+		 * owed: readable by the prefix, else by the stream once they
+		 * are skipped, never by the kernel's word alone.
+		 */
+		r = kernel & ~POLLIN;
+		if (events & POLLIN) {
+			pthread_mutex_lock(&s->rx_lock);
+			if (wsd_prefix_has_data(s->pre) || (stream_revents(s) & POLLIN))
+				r |= POLLIN;
+			pthread_mutex_unlock(&s->rx_lock);
+		}
 		if (events & POLLOUT) {
 			struct pollfd p = { .fd = s->fd, .events = POLLOUT };
 

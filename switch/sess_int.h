@@ -124,6 +124,7 @@ bool serve_back(struct wsd_sock *s);
 void serve_back_unlocked(struct wsd_sock *s);
 void check_back(struct wsd_sock *s);
 int skip_bells(struct wsd_sock *s, uint64_t *left, uint64_t end);
+int skip_owed(struct wsd_sock *s);
 ssize_t pre_recv(struct wsd_sock *s, struct cursor *c, int flags);
 int set_prefix(struct wsd_sock *s, const uint8_t *data, size_t len);
 

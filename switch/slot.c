@@ -256,10 +256,28 @@ _Atomic uint64_t wsd_accel_gen;
 /* mu held.  From now on the peer may switch its direction to the ring. */
 void publish_rx_ready(struct wsd_sock *s)
 {
+	bool was = s->accel;
+	long ms;
+
 	if (s->rx_ready_sent || !s->sess || s->plain_waiters || s->detached || s->rx_back ||
 	    s->closing)
 		return;
-	/* before the peer can act on it: a plain wait woken by its proof must see it */
+	/*
+	 * Before the peer can act on it, and in this order: the socket
+	 * accelerated, then the count moved (a release).  A wait that read
+	 * the count after it moved finds the socket accelerated and does not
+	 * go to the kernel alone; one that read it before and is woken by the
+	 * peer's switch point and proof finds it moved, and the socket
+	 * accelerated, however late this thread gets to the end (poll.c,
+	 * woke_by_switch).  Accelerated only after RX_READY, a wait that
+	 * began in between, or woke before the flag, took the peer's proof
+	 * on the stream for data.  So for epoll: its sets re-register the
+	 * socket at their next look, before they read what the stream woke
+	 * them with (epoll_wait.c, harvest).
+	 */
+	s->accel = true;
+	if (!was)
+		wsd_poll_sock_accelerated_locked(s);
 	atomic_fetch_add(&wsd_accel_gen, 1);
 	/*
 	 * Armed first: a poll or epoll already asleep on the fd started while
@@ -267,10 +285,14 @@ void publish_rx_ready(struct wsd_sock *s)
 	 */
 	put_word(s->sess, W_MU, CW_DATA_ARM,
 		 __atomic_add_fetch(&s->sess->data_gen, 1, __ATOMIC_RELAXED) << 1);
-	if (put_word(s->sess, W_MU, CW_RX_READY, 1))
+	if (put_word(s->sess, W_MU, CW_RX_READY, 1)) {
+		s->accel = was;
 		return;
+	}
+	/* the test build's late end (tests/sock/waitup_late_check.sh): no wait may need it */
+	if (!s->connected_side && wsd_fault("rx-ready-late", &ms))
+		usleep((useconds_t)ms * 1000);
 	s->rx_ready_sent = true;
-	s->accel = true;
 }
 
 void became_accel(struct wsd_sock *s, bool was)

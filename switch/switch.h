@@ -507,14 +507,19 @@ char *wsd_prefix_env(void);
  * switch's own bytes on its stream (its rx_ready published: the peer's
  * switch point, proof and doorbells follow).  A poll or select that went
  * to the kernel with the socket still plain compares it after waking: a
- * change means what woke it may not be data (poll.c).
+ * change means what woke it may not be data (poll.c).  The socket is
+ * marked accelerated before the count moves (slot.c, publish_rx_ready):
+ * a wait that read the moved count finds it so.
  */
 extern _Atomic uint64_t wsd_accel_gen;
 /* s was accelerated, or became plain, or its sending side moved: re-register it in epoll sets. */
 void wsd_poll_sock_accelerated(struct wsd_sock *s);
+/* ...with s->mu held (publish_rx_ready: before the peer may switch). */
+void wsd_poll_sock_accelerated_locked(struct wsd_sock *s);
 /*
  * s->mu held.  Its doorbells were read by a call that does not arm again
- * (a sender's or a blocking receiver's wait): the sets it is parked in
+ * (a sender's or a blocking receiver's wait): the sets it is parked in,
+ * and those a thread sleeps on or that are watched through their fd,
  * look at it once more.
  */
 void wsd_poll_sock_unpark(struct wsd_sock *s);

@@ -2,14 +2,15 @@
 /*
  * A wait that began on a plain socket, and the socket upgraded while it
  * slept.  The server reads the client's first byte, then waits for the
- * next in select, pselect, poll or ppoll (one client process each, so each
- * connection makes its own channel).  Meanwhile the client's switch
- * upgrades the connection and switches its sending side: its switch point
- * and proof go on the TCP stream, which wakes the kernel's wait.  They are
- * not data: the wait must go on until the client's next byte, which it
- * sends 300 ms later, and a non-blocking receive then finds it.  (iperf3's
- * server took such a wake on its control connection for a message and
- * blocked in its read for the whole test, reading none of the data.)
+ * next in select, pselect, poll, ppoll or epoll_wait (one client process
+ * each, so each connection makes its own channel).  Meanwhile the client's
+ * switch upgrades the connection and switches its sending side: its switch
+ * point and proof go on the TCP stream, which wakes the kernel's wait.
+ * They are not data: the wait must go on until the client's next byte,
+ * which it sends 300 ms later, and a non-blocking receive then finds it.
+ * (iperf3's server took such a wake on its control connection for a
+ * message and blocked in its read for the whole test, reading none of the
+ * data.)
  *
  * The upgrade is the client's, at a receive 300 ms after it connected
  * (WSD_UPGRADE_US 200 ms): never before the server's wait began.  Under
@@ -20,18 +21,23 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "tests/sock/common.h"
 
-enum mode { M_SELECT, M_PSELECT, M_POLL, M_PPOLL, M_N };
-static const char *const mode_name[M_N] = { "select", "pselect", "poll", "ppoll" };
+enum mode { M_SELECT, M_PSELECT, M_POLL, M_PPOLL, M_EPOLL, M_N };
+static const char *const mode_name[M_N] = { "select", "pselect", "poll", "ppoll", "epoll_wait" };
 
 static int port;
 
-/* The server's wait for fd to be readable, 10 s at most: what the call returned. */
+/*
+ * The server's wait for fd to be readable, 10 s at most: what the call
+ * returned.  epoll_wait's set is made before the wait, the socket in it
+ * still plain.
+ */
 static int wait_readable(int fd, enum mode m)
 {
 	struct timeval tv = { 10, 0 };
@@ -48,8 +54,17 @@ static int wait_readable(int fd, enum mode m)
 		return pselect(fd + 1, &rd, NULL, NULL, &ts, NULL) == 1 && FD_ISSET(fd, &rd) ? 1 : -1;
 	case M_POLL:
 		return poll(&p, 1, 10000) == 1 && (p.revents & POLLIN) ? 1 : -1;
-	default:
+	case M_PPOLL:
 		return ppoll(&p, 1, &ts, NULL) == 1 && (p.revents & POLLIN) ? 1 : -1;
+	default: {
+		struct epoll_event ev = { .events = EPOLLIN };
+		int ep = MUST(epoll_create1(0)), r;
+
+		MUST(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev));
+		r = epoll_wait(ep, &ev, 1, 10000) == 1 && (ev.events & EPOLLIN) ? 1 : -1;
+		MUST(close(ep));
+		return r;
+	}
 	}
 }
 
