@@ -397,19 +397,39 @@ int wsp_req_finish_call(struct wsp_req *r, uint32_t *bytes, int *err)
 
 
 /*
+ * A sleeping caller looks for its completion itself this often, whatever
+ * wakes it or fails to (every caller of wsp_wait_step harvests between
+ * steps).  Its completion is the peer's device answering, a wait on
+ * another machine, and so has a deadline of its own: a wakeup the
+ * completion thread loses (or a device that needs its queue started
+ * again, verbs/data.c's vb_nudge) costs this, never the connection.  In
+ * the VM rig's soak over verbs, every I/O thread of a process slept here
+ * for good, the QP idle, while the other end waited for its doorbells.
+ */
+#define WAIT_STEP_NS 10000000
+
+/*
  * Lock held.  One step of waiting for a completion: yield while the spin
  * period lasts (a peer sharing the core can run), then sleep until the
- * next completion anywhere in the instance.
+ * next completion anywhere in the instance, or WAIT_STEP_NS.
  */
 void wsp_wait_step(struct wsp_provider *pv, int64_t spin_end)
 {
+	struct timespec ts;
+
 	if (wsd_now_ns() < spin_end) {
 		pthread_mutex_unlock(&pv->lock);
 		sched_yield();
 		pthread_mutex_lock(&pv->lock);
 		return;
 	}
-	pthread_cond_wait(&pv->cond, &pv->lock);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += WAIT_STEP_NS;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&pv->cond, &pv->lock, &ts);
 }
 
 /*
@@ -716,7 +736,15 @@ int WSPStartup(uint16_t version, WSPDATA *data, WSAPROTOCOL_INFO *info,
 		pthread_mutexattr_destroy(&ma);
 		pthread_spin_init(&pv->inval_lock, PTHREAD_PROCESS_PRIVATE);
 	}
-	pthread_cond_init(&pv->cond, NULL);
+	{
+		/* timed waits on the monotonic clock (wsp_wait_step) */
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&pv->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	pv->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pv->epfd = epoll_create1(EPOLL_CLOEXEC);
 	pv->next_handle = 1;
