@@ -343,7 +343,8 @@ static void keep_from_children(const struct conn *c)
 
 /*
  * At a stall, for the log: the switch's view of our connections (wsd stat:
- * path, reason, byte counts) and where each of our threads waits (its name,
+ * path, reason, byte counts; --waits: each one's ring state at its last
+ * sleep) and where each of our threads waits (its name,
  * state and, from /proc, its kernel wait channel and system call).
  */
 static void stall_report(const struct conn *c)
@@ -352,7 +353,8 @@ static void stall_report(const struct conn *c)
 
 	keep_from_children(c);
 	if (getenv("WSD_BIN")) {
-		snprintf(cmd, sizeof(cmd), "%s stat %d >&2", getenv("WSD_BIN"), (int)getpid());
+		snprintf(cmd, sizeof(cmd), "%s stat %d >&2; %s stat --waits %d >&2",
+			 getenv("WSD_BIN"), (int)getpid(), getenv("WSD_BIN"), (int)getpid());
 		if (system(cmd) != 0)
 			fprintf(stderr, "(%s failed)\n", cmd);
 	}
