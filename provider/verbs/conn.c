@@ -538,6 +538,15 @@ static int conn_qp(struct nd_ep *ep, struct vb_conn *vc)
 
 static nd_status conn_live(struct nd_ep *ep, struct vb_conn *vc)
 {
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+
+	/* what the QP retries by, for a stall's log */
+	if (!ibv_query_qp(vc->qp, &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			  IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &qi))
+		wsd_debug("verbs: QP %u live: ack timeout %u, retries %u, rnr retries %u, "
+			  "reads %u out, %u in", vc->qp->qp_num, qa.timeout, qa.retry_cnt,
+			  qa.rnr_retry, qa.max_rd_atomic, qa.max_dest_rd_atomic);
 	pthread_mutex_lock(&ep->ad->lock);
 	if (wsd_cq_attach(ep->attr.inbound_cq, vc->ch->fd) < 0 ||
 	    wsd_cq_attach(ep->attr.inbound_cq, vc->cc->fd) < 0 ||
