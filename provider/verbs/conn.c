@@ -500,8 +500,7 @@ static int conn_qp(struct nd_ep *ep, struct vb_conn *vc)
 	struct ibv_qp_init_attr qa = {
 		.qp_type = IBV_QPT_RC,
 		.cap = {
-			/* and one no-op of our own (vb_nudge, data.c) */
-			.max_send_wr = ep->attr.outbound_entries + 1,
+			.max_send_wr = ep->attr.outbound_entries,
 			.max_recv_wr = ep->attr.inbound_entries,
 			.max_send_sge = ep->attr.outbound_sge,
 			.max_recv_sge = ep->attr.inbound_sge,

@@ -260,32 +260,23 @@ static void post_recvs(struct nd_ep *ep, struct vb_conn *vc)
 }
 
 /*
- * A device that holds our requests and completes none of them for
- * NUDGE_NS gets a no-op of ours on the QP: an RDMA write of no bytes
- * (which names no memory, C9-88), signaled, whose completion nobody
- * waits for.  Hardware has no need of it.  Soft-RoCE (rxe) in Debian 12's
+ * Requests at the device that complete nothing for this long never will:
+ * the endpoint ends (its requests flushed, the switch's connections on it
+ * reset, reason provider), where its callers would otherwise wait for
+ * ever.  An RC QP retries a lost packet 7 times after its ack timeout (2 s
+ * as rdma_cm sets it over Soft-RoCE) before it gives up by itself; this
+ * is past that, emulated CPUs included.  Soft-RoCE (rxe) in Debian 12's
  * kernel, under the VM rig's soak over verbs, left requests posted and
  * uncompleted with its QP idle (both ends' PSNs in step), every
- * connection of the channel waiting on them; a new post starts its queue
- * again in most such cases (the QP's requester runs on a post).  One
- * no-op at a time, in the slot the QP keeps for it.
- */
-#define NUDGE_NS 100000000
-#define NUDGE_ID UINT64_MAX
-/*
- * Requests at the device that complete nothing for this long, the no-op
- * included, never will: the endpoint ends (its requests flushed, the
- * switch's connections on it reset, reason provider), where its callers
- * would otherwise wait for ever.  An RC QP retries a lost packet 7 times
- * after a timeout of about half a second before it gives up by itself;
- * this is well past that, emulated CPUs included.
+ * connection of the channel waiting on them.  (A no-op posted to start
+ * its queue again, an RDMA write of no bytes, helped in some rounds but
+ * broke the QP in others: that kernel's responder mishandles one after
+ * another write.)
  */
 #define DEAD_NS 30000000000
 
-static void vb_nudge(struct nd_ep *ep, struct vb_conn *vc)
+static void vb_deadline(struct nd_ep *ep, struct vb_conn *vc)
 {
-	struct ibv_send_wr sw = { .wr_id = NUDGE_ID, .opcode = IBV_WR_RDMA_WRITE,
-				  .send_flags = IBV_SEND_SIGNALED }, *bad;
 	int64_t now;
 
 	if (ep->sq_exec == vc->sq_comp) {
@@ -294,28 +285,16 @@ static void vb_nudge(struct nd_ep *ep, struct vb_conn *vc)
 	}
 	now = wsd_now_ns();
 	if (!vc->still_ns || vc->still_at != vc->sq_comp) {
-		vc->still_ns = vc->nudge_ns = now;
+		vc->still_ns = now;
 		vc->still_at = vc->sq_comp;
 		return;
 	}
-	if (now - vc->still_ns >= DEAD_NS) {
-		wsd_debug("verbs: %llu requests at the device, none completed for %lld s: the "
-			  "connection ends", (unsigned long long)(ep->sq_exec - vc->sq_comp),
-			  (long long)(DEAD_NS / 1000000000));
-		wsd_ep_terminate(ep);
+	if (now - vc->still_ns < DEAD_NS)
 		return;
-	}
-	if (vc->nudge_out || now - vc->nudge_ns < NUDGE_NS)
-		return;
-	vc->nudge_ns = now;
-	if (ibv_post_send(vc->qp, &sw, &bad))
-		return;
-	vc->nudge_out = true;
-	vc->nudge_at = ep->sq_exec;
-	wsd_debug("verbs: %llu requests at the device, none completed for %lld ms: a no-op "
-		  "posted to start its queue again",
-		  (unsigned long long)(ep->sq_exec - vc->sq_comp),
-		  (long long)((now - vc->still_ns) / 1000000));
+	wsd_debug("verbs: %llu requests at the device, none completed for %lld s: the "
+		  "connection ends", (unsigned long long)(ep->sq_exec - vc->sq_comp),
+		  (long long)(DEAD_NS / 1000000000));
+	wsd_ep_terminate(ep);
 }
 
 /* A completion at end: the unsignaled requests before it succeeded (RC is in order). */
@@ -345,18 +324,6 @@ static void reap_sends(struct nd_ep *ep, struct vb_conn *vc)
 			uint64_t idx = wc[k].wr_id;
 			struct nd_wr *wr;
 
-			if (idx == NUDGE_ID) {
-				/* (flushed too, at a terminate) */
-				vc->nudge_out = false;
-				if (wc[k].status != IBV_WC_SUCCESS && wc[k].status != IBV_WC_WR_FLUSH_ERR)
-					wsd_debug("verbs: the no-op completed: %s",
-						  ibv_wc_status_str(wc[k].status));
-				if (wc[k].status != IBV_WC_SUCCESS || vc->sq_comp >= vc->nudge_at)
-					continue;
-				/* in order: the unsignaled requests before it are done too */
-				settle_before(ep, vc, vc->nudge_at);
-				continue;
-			}
 			if (idx < ep->sq_done || idx >= ep->sq_tail)
 				continue;    /* settled already (flushed by a terminate) */
 			/* unsignaled requests before it have succeeded */
@@ -470,7 +437,7 @@ void vb_progress(struct nd_ep *ep)
 	post_sends(ep, vc);
 	reap_sends(ep, vc);
 	reap_recvs(ep, vc);
-	vb_nudge(ep, vc);
+	vb_deadline(ep, vc);
 	/* a syscall, so only now and then while polling; always before sleeping */
 	if (!(++vc->polls & 63))
 		(void)vb_cm_poll(ep);

@@ -80,11 +80,9 @@ struct vb_conn {
 	uint32_t unsignaled;          /* unsignaled requests since the last signaled */
 	uint32_t polls;
 	unsigned activity;            /* completions or events seen by progress */
-	/* requests at the device with no completion since (vb_nudge) */
-	int64_t still_ns, nudge_ns;   /* (and the last no-op's post) */
+	/* requests at the device with no completion since (vb_deadline) */
+	int64_t still_ns;
 	uint64_t still_at;            /* sq_comp then */
-	bool nudge_out;               /* our no-op is on the QP, */
-	uint64_t nudge_at;            /* posted after the requests before this */
 	struct nd_mw **mws;           /* windows bound here, for remote invalidation */
 	unsigned nmws, cap_mws;
 };
