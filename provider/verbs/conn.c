@@ -120,6 +120,7 @@ static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
 		d->windows = d->attr.max_mw > 0 &&
 			     (d->attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
 							  IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+		d->bind_alone = d->attr.vendor_id == RXE_VENDOR_ID;
 		if (!va->ndev) {
 			caps_of(d, caps);
 		} else {

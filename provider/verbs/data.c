@@ -177,8 +177,12 @@ static nd_status build(struct nd_ep *ep, struct vb_conn *vc, struct nd_wr *wr, u
 	}
 	if (wr->flags & ND_OP_FLAG_READ_FENCE)
 		sw->send_flags |= IBV_SEND_FENCE;
-	/* signal what the caller wants to see, and often enough to drain the queue */
-	if (!(wr->flags & ND_OP_FLAG_SILENT_SUCCESS) ||
+	/*
+	 * Signal what the caller wants to see, and often enough to drain the
+	 * queue; everything where a bind waits for what went before (which
+	 * it learns from completions).
+	 */
+	if (!(wr->flags & ND_OP_FLAG_SILENT_SUCCESS) || vc->va->dev[vc->dev].bind_alone ||
 	    ++vc->unsignaled >= ep->attr.outbound_entries / 2) {
 		sw->send_flags |= IBV_SEND_SIGNALED;
 		vc->unsignaled = 0;
@@ -199,6 +203,10 @@ static void post_sends(struct nd_ep *ep, struct vb_conn *vc)
 			nd_status st;
 
 			if (wr->deferred)
+				break;
+			/* a bind alone: posted once all before it have completed (RXE_VENDOR_ID) */
+			if (wr->op == ND_OP_BIND && vc->va->dev[vc->dev].bind_alone &&
+			    vc->sq_comp < idx)
 				break;
 			st = build(ep, vc, wr, idx, &sw[n], sge[n]);
 			if (st != ND_SUCCESS) {
@@ -436,6 +444,9 @@ void vb_progress(struct nd_ep *ep)
 	post_recvs(ep, vc);
 	post_sends(ep, vc);
 	reap_sends(ep, vc);
+	/* a bind held for the completions just reaped goes now */
+	if (ep->sq_exec < ep->sq_tail)
+		post_sends(ep, vc);
 	reap_recvs(ep, vc);
 	vb_deadline(ep, vc);
 	/* a syscall, so only now and then while polling; always before sleeping */

@@ -29,6 +29,17 @@ struct vb_hello {
 #define VB_PRIV_MAX (VB_CONNECT_PRIV - sizeof(struct vb_hello))
 
 /*
+ * The vendor id of Linux's software RoCE device (rxe).  A retry there
+ * (a lost packet's timeout, a NAK) starts its send queue again at the
+ * oldest request not yet completed and runs every local operation after
+ * it once more: a window bound since is bound again with the key it
+ * already gave away, which fails and leaves the queue stuck for good
+ * with everything after it (Debian 12's kernel 6.1).  So there a bind
+ * goes to the device only when every request before it has completed.
+ */
+#define RXE_VENDOR_ID 0xffffffu
+
+/*
  * One RDMA device: a connection uses the one its route leaves by.  Its
  * context is librdmacm's (rdma_get_devices), the one rdma_cm uses, except
  * in a process that inherited librdmacm's state by fork: librdmacm opens
@@ -43,6 +54,7 @@ struct vb_dev {
 	struct ibv_pd *pd;
 	struct ibv_device_attr attr;
 	int windows;                  /* type 2 memory windows work */
+	bool bind_alone;              /* a bind waits for the requests before it (post_sends) */
 };
 
 struct vb_adapter {
