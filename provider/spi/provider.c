@@ -401,10 +401,8 @@ int wsp_req_finish_call(struct wsp_req *r, uint32_t *bytes, int *err)
  * wakes it or fails to (every caller of wsp_wait_step harvests between
  * steps).  Its completion is the peer's device answering, a wait on
  * another machine, and so has a deadline of its own: a wakeup the
- * completion thread loses (or a device that needs its queue started
- * again, verbs/data.c's vb_nudge) costs this, never the connection.  In
- * the VM rig's soak over verbs, every I/O thread of a process slept here
- * for good, the QP idle, while the other end waited for its doorbells.
+ * completion thread loses costs this, never the connection.  (A device
+ * that never completes is verbs/data.c's DEAD_NS.)
  */
 #define WAIT_STEP_NS 10000000
 

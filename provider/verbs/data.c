@@ -274,12 +274,10 @@ static void post_recvs(struct nd_ep *ep, struct vb_conn *vc)
  * ever.  An RC QP retries a lost packet 7 times after its ack timeout (2 s
  * as rdma_cm sets it over Soft-RoCE) before it gives up by itself; this
  * is past that, emulated CPUs included.  Soft-RoCE (rxe) in Debian 12's
- * kernel, under the VM rig's soak over verbs, left requests posted and
- * uncompleted with its QP idle (both ends' PSNs in step), every
- * connection of the channel waiting on them.  (A no-op posted to start
- * its queue again, an RDMA write of no bytes, helped in some rounds but
- * broke the QP in others: that kernel's responder mishandles one after
- * another write.)
+ * kernel did this when a retry ran a bind a second time (RXE_VENDOR_ID),
+ * and does it still when the responses to an RDMA read are lost:
+ * requests posted and uncompleted with its QP idle, every connection of
+ * the channel waiting on them.
  */
 #define DEAD_NS 30000000000
 
