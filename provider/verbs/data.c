@@ -107,6 +107,12 @@ static void local_fail(struct nd_ep *ep, struct nd_wr *wr, nd_status st)
 	wsd_ep_terminate(ep);
 }
 
+/* Does a bind on vc's device wait for the requests before it (RXE_VENDOR_ID)? */
+static bool bind_alone(const struct vb_conn *vc)
+{
+	return vc->va->dev[vc->dev].bind_alone;
+}
+
 /* Fill one send work request; 0, or a local status that fails it. */
 static nd_status build(struct nd_ep *ep, struct vb_conn *vc, struct nd_wr *wr, uint64_t idx,
 		       struct ibv_send_wr *sw, struct ibv_sge *sge)
@@ -182,7 +188,7 @@ static nd_status build(struct nd_ep *ep, struct vb_conn *vc, struct nd_wr *wr, u
 	 * queue; everything where a bind waits for what went before (which
 	 * it learns from completions).
 	 */
-	if (!(wr->flags & ND_OP_FLAG_SILENT_SUCCESS) || vc->va->dev[vc->dev].bind_alone ||
+	if (!(wr->flags & ND_OP_FLAG_SILENT_SUCCESS) || bind_alone(vc) ||
 	    ++vc->unsignaled >= ep->attr.outbound_entries / 2) {
 		sw->send_flags |= IBV_SEND_SIGNALED;
 		vc->unsignaled = 0;
@@ -205,8 +211,7 @@ static void post_sends(struct nd_ep *ep, struct vb_conn *vc)
 			if (wr->deferred)
 				break;
 			/* a bind alone: posted once all before it have completed (RXE_VENDOR_ID) */
-			if (wr->op == ND_OP_BIND && vc->va->dev[vc->dev].bind_alone &&
-			    vc->sq_comp < idx)
+			if (wr->op == ND_OP_BIND && bind_alone(vc) && vc->sq_comp < idx)
 				break;
 			st = build(ep, vc, wr, idx, &sw[n], sge[n]);
 			if (st != ND_SUCCESS) {
@@ -443,7 +448,7 @@ void vb_progress(struct nd_ep *ep)
 	post_sends(ep, vc);
 	reap_sends(ep, vc);
 	/* a bind held for the completions just reaped goes now */
-	if (ep->sq_exec < ep->sq_tail)
+	if (bind_alone(vc) && ep->sq_exec < ep->sq_tail)
 		post_sends(ep, vc);
 	reap_recvs(ep, vc);
 	vb_deadline(ep, vc);
