@@ -135,6 +135,9 @@ enum wsd_reason {
 	R_MOVED,           /* ...and one of those has the connection: ask its registry */
 	R_CLOSED,          /* the program closed it before its upgrade was asked */
 	R_POLICY,          /* a rule of the policy file (wsd.conf(5)), ours or the peer's */
+	R_PEER_LIMIT,      /* the asking process or its user already had its share in hand */
+	R_TIMEOUT,         /* a rendezvous or proof with another process missed its deadline */
+	R_PAGE,            /* the fork children's shared page was full, held or corrupt */
 	R_NREASONS
 };
 
@@ -168,6 +171,9 @@ static inline const char *wsd_reason_name(unsigned r)
 		[R_MOVED] = "moved",
 		[R_CLOSED] = "closed",
 		[R_POLICY] = "policy",
+		[R_PEER_LIMIT] = "peer-limit",
+		[R_TIMEOUT] = "timeout",
+		[R_PAGE] = "page",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == R_NREASONS, "a wsd_reason without a name");
 
