@@ -124,6 +124,7 @@ int64_t wsd_spin_ns(void)
 
 _Atomic int wsd_threads_busy;
 static _Atomic int threads_held;
+static __thread bool counted;   /* this thread is counted busy by wsd_threads_work */
 
 void wsd_threads_hold(int ms)
 {
@@ -147,8 +148,10 @@ void wsd_threads_work(void)
 {
 	for (;;) {
 		atomic_fetch_add(&wsd_threads_busy, 1);
-		if (!atomic_load(&threads_held))
+		if (!atomic_load(&threads_held)) {
+			counted = true;
 			return;
+		}
 		wsd_threads_rest();
 		while (atomic_load(&threads_held))
 			sched_yield();
@@ -157,5 +160,20 @@ void wsd_threads_work(void)
 
 void wsd_threads_rest(void)
 {
+	counted = false;
 	atomic_fetch_sub(&wsd_threads_busy, 1);
+}
+
+bool wsd_threads_away(void)
+{
+	if (!counted)
+		return false;
+	wsd_threads_rest();
+	return true;
+}
+
+void wsd_threads_back(bool away)
+{
+	if (away)
+		wsd_threads_work();
 }

@@ -55,6 +55,15 @@ WSD_PRIVATE void wsd_threads_hold(int ms);
 WSD_PRIVATE void wsd_threads_release(void);
 WSD_PRIVATE void wsd_threads_work(void);
 WSD_PRIVATE void wsd_threads_rest(void);
+/*
+ * Around a system call that waits on another process (a connect, a poll
+ * for its message), outside the allocator and any lock: a thread counted
+ * busy rests, so that a fork does not wait for that process
+ * (wsd_threads_away true), and is counted again after (wsd_threads_back
+ * with what away returned).  Other threads are left as they are.
+ */
+WSD_PRIVATE bool wsd_threads_away(void);
+WSD_PRIVATE void wsd_threads_back(bool away);
 
 /*
  * engine.c: the provider's own io_urings (provider/engine.h).  The switch

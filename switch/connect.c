@@ -3,9 +3,17 @@
  * The connecting side of the upgrade (wsd-protocol(7), "Handshake",
  * "Channels").  A data call on a connected socket decides when to upgrade
  * (at once when a channel to the peer exists, else after some traffic)
- * and queues it for the worker thread, which sends an OPEN on the channel
+ * and queues it for a worker thread, which sends an OPEN on the channel
  * (open.c) or makes a new channel (HELLO, ACCEPT).  up_lock guards the
  * job queue.
+ *
+ * A new channel waits on another process (its registry's connect, proof
+ * and answer), each step within its deadline; a process that squats a
+ * registry's name or never answers must not hold up the upgrades to
+ * anyone else.  So jobs run on up to MAX_WORKERS threads, started as jobs
+ * find none free, and one peer address has one job running at a time
+ * (the second to a peer finds the channel the first made, and sends an
+ * OPEN on it).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -24,12 +32,21 @@
 
 /* ---- the connecting side ---------------------------------------------------------- */
 
-/* A connection to upgrade (s), or a channel to make ahead (s NULL, probe). */
-struct job { struct job *next; struct wsd_sock *s; struct probe_job probe; };
+/*
+ * A connection to upgrade (s), or a channel to make ahead (s NULL, probe);
+ * key: the peer's address, one job to it running at a time.
+ */
+struct job { struct job *next; struct wsd_sock *s; struct probe_job probe;
+	     struct wsd_stat_addr key; };
 
-static struct job *jobs, **jobs_tail = &jobs;
+#define MAX_WORKERS 8
+
+static struct job *jobs;
 static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
-static bool worker_up;
+static bool worker_up;                 /* a worker started (the provider's start is paid) */
+static int workers, idle;              /* worker threads, and those waiting for a job */
+static struct wsd_stat_addr running[MAX_WORKERS];   /* the keys of the jobs running */
+static bool run_used[MAX_WORKERS];
 
 /* A peer busy with requests is asked again after 50 ms, doubling, BUSY_TRIES times. */
 #define BUSY_RETRY_NS 50000000ull
@@ -245,8 +262,12 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	if (!ss)
 		return NULL;
 	wsd_session_hello(ss, &h, MSG_HELLO);
-	if (wsd_fault("hello-delay", &ms))
+	if (wsd_fault("hello-delay", &ms)) {
+		bool away = wsd_threads_away();   /* as a slow peer is waited for */
+
 		usleep((useconds_t)ms * 1000);
+		wsd_threads_back(away);
+	}
 	/* the answer's receive posted before the HELLO goes */
 	if (recv_msg(&ws, &a, ANSWER_MS, gone, &h)) {
 		if (ws == INVALID_SOCKET)
@@ -328,7 +349,7 @@ again:
 			goto again;   /* that process's registry, at once */
 		return connect_fail(s, why);
 	}
-	wsd_session_attach(s, ss);
+	wsd_session_attach_new(s, ss);
 	wsd_debug("switch: fd %d upgraded at %lld ms, channel %u", s->fd, (long long)wsd_now_ms(),
 		  wsd_chan_id(ss->ch));
 }
@@ -367,42 +388,88 @@ static enum wsd_reason client_channel(const struct probe_job *p)
 	return R_NONE;
 }
 
+/* up_lock held: a queued job whose peer has none running (unlinked, its key noted), or NULL. */
+static struct job *take_job(int *slot)
+{
+	for (struct job **pj = &jobs; *pj; pj = &(*pj)->next) {
+		struct job *j = *pj;
+		int free_at = -1;
+		bool busy = false;
+
+		for (int i = 0; i < MAX_WORKERS && !busy; i++) {
+			if (!run_used[i])
+				free_at = free_at < 0 ? i : free_at;
+			else
+				busy = same(&running[i], &j->key);
+		}
+		if (busy || free_at < 0)
+			continue;
+		*pj = j->next;
+		running[free_at] = j->key;
+		run_used[free_at] = true;
+		*slot = free_at;
+		return j;
+	}
+	return NULL;
+}
+
 static void *worker(void *arg)
 {
 	(void)arg;
 	wsd_spi();   /* the provider's start-up (tens of ms) is paid here, early */
 	for (;;) {
 		struct job *j;
+		int slot;
 
 		pthread_mutex_lock(&up_lock);
 		wsd_threads_rest();   /* waiting (wsd_threads_hold) */
-		while (!jobs)
+		idle++;
+		while (!(j = take_job(&slot)))
 			pthread_cond_wait(&jobs_cv, &up_lock);
+		idle--;
 		wsd_threads_work();
-		j = jobs;
-		jobs = j->next;
-		if (!jobs)
-			jobs_tail = &jobs;
 		pthread_mutex_unlock(&up_lock);
 		if (!j->s) {
 			probe_done(&j->probe, client_channel(&j->probe));
-			free(j);
-			continue;
+		} else {
+			atomic_store(&j->s->upgrade_state, UP_RUNNING);
+			client_upgrade(j->s);
+			wsd_sock_put(j->s);
 		}
-		atomic_store(&j->s->upgrade_state, UP_RUNNING);
-		client_upgrade(j->s);
-		wsd_sock_put(j->s);
 		free(j);
+		pthread_mutex_lock(&up_lock);
+		run_used[slot] = false;
+		if (jobs)
+			pthread_cond_broadcast(&jobs_cv);   /* one kept back for this peer may run */
+		pthread_mutex_unlock(&up_lock);
 	}
 	return NULL;
 }
 
-/* up_lock held: one worker per process, started on demand. */
+/*
+ * up_lock held, a job just queued: a worker free to take it, or a new one
+ * while there are fewer than MAX_WORKERS (none busy for long: one).
+ */
 static bool start_worker(void)
 {
-	if (!worker_up)
-		worker_up = wsd_thread_start(worker, NULL, true) == 0;
+	if (idle > 0 && worker_up)
+		return true;
+	if (workers < MAX_WORKERS && wsd_thread_start(worker, NULL, true) == 0) {
+		workers++;
+		worker_up = true;
+	}
 	return worker_up;
+}
+
+/* up_lock held: j queued last, and a worker told. */
+static void add_job(struct job *j)
+{
+	struct job **pj = &jobs;
+
+	while (*pj)
+		pj = &(*pj)->next;
+	*pj = j;
+	pthread_cond_broadcast(&jobs_cv);
 }
 
 void wsd_upgrade_prestart(void)
@@ -412,7 +479,8 @@ void wsd_upgrade_prestart(void)
 	    wsd_policy_all_tcp(wsd_policy_get()) || !wsd_guard_room(START_FDS, 0))
 		return;
 	pthread_mutex_lock(&up_lock);
-	start_worker();
+	if (!worker_up)
+		start_worker();
 	pthread_mutex_unlock(&up_lock);
 }
 
@@ -538,6 +606,7 @@ static bool queue_job(struct wsd_sock *s)
 		return false;
 	wsd_sock_hold(s);
 	j->s = s;
+	to_addr(&s->peer, &j->key);
 	pthread_mutex_lock(&up_lock);
 	if (!start_worker()) {
 		pthread_mutex_unlock(&up_lock);
@@ -546,9 +615,7 @@ static bool queue_job(struct wsd_sock *s)
 		return false;
 	}
 	wsd_debug("switch: fd %d upgrade queued at %lld ms", s->fd, (long long)wsd_now_ms());
-	*jobs_tail = j;
-	jobs_tail = &j->next;
-	pthread_cond_signal(&jobs_cv);
+	add_job(j);
 	pthread_mutex_unlock(&up_lock);
 	return true;
 }
@@ -561,15 +628,14 @@ bool probe_queue(const struct probe_job *p)
 	if (!j)
 		return false;
 	j->probe = *p;
+	j->key = p->key;
 	pthread_mutex_lock(&up_lock);
 	if (!start_worker()) {
 		pthread_mutex_unlock(&up_lock);
 		free(j);
 		return false;
 	}
-	*jobs_tail = j;
-	jobs_tail = &j->next;
-	pthread_cond_signal(&jobs_cv);
+	add_job(j);
 	pthread_mutex_unlock(&up_lock);
 	return true;
 }
@@ -579,8 +645,9 @@ void connect_atfork_child(void)
 {
 	pthread_cond_init(&jobs_cv, NULL);
 	worker_up = false;
-	jobs = NULL;
-	jobs_tail = &jobs;
+	workers = idle = 0;
+	memset(run_used, 0, sizeof(run_used));
+	jobs = NULL;   /* the parent's (its sockets' references with them) */
 	open_atfork_child();
 }
 

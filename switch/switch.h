@@ -615,8 +615,9 @@ void wsd_upgrade_atfork_child(void);
 
 /*
  * A detached thread of the switch's own running fn(arg); 0 or -EAGAIN.
- * waits: it counts as busy (wsd_threads_busy) until its first wait, where
- * it subtracts itself, as the switch's long-lived threads do.
+ * waits: it counts as busy (wsd_threads_busy) from the moment it runs
+ * until its first wait, where it subtracts itself, as the switch's
+ * long-lived threads do.
  */
 int wsd_thread_start(void *(*fn)(void *), void *arg, bool waits);
 

@@ -154,19 +154,40 @@ WSPPROC_TABLE *wsd_spi(void)
 	return spi_started ? &procs : NULL;
 }
 
+struct thread_start { void *(*fn)(void *); void *arg; };
+
+/*
+ * A new thread is counted busy once it runs, not from its creation: a
+ * fork does not wait for a thread the scheduler has not started yet (on a
+ * loaded machine, for a long time), and one that starts during a fork
+ * waits for its end first (wsd_threads_work).
+ */
+static void *counted_start(void *p)
+{
+	struct thread_start t = *(struct thread_start *)p;
+
+	free(p);
+	wsd_threads_work();
+	return t.fn(t.arg);
+}
+
 int wsd_thread_start(void *(*fn)(void *), void *arg, bool waits)
 {
+	struct thread_start *t = NULL;
 	pthread_attr_t at;
-	pthread_t t;
+	pthread_t th;
 	int r;
 
+	if (waits) {
+		if (!(t = malloc(sizeof(*t))))
+			return -EAGAIN;
+		*t = (struct thread_start){ fn, arg };
+	}
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	if (waits)
-		atomic_fetch_add(&wsd_threads_busy, 1);   /* until its first wait */
-	r = pthread_create(&t, &at, fn, arg);
-	if (r && waits)
-		wsd_threads_rest();
+	r = waits ? pthread_create(&th, &at, counted_start, t) : pthread_create(&th, &at, fn, arg);
+	if (r)
+		free(t);
 	pthread_attr_destroy(&at);
 	return r ? -EAGAIN : 0;
 }
@@ -282,7 +303,11 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone,
 			*wsp = INVALID_SOCKET;
 			return -1;
 		}
+		/* a wait on another process: a fork need not wait for it (wsd_threads_hold) */
+		bool away = wsd_threads_away();
+
 		usleep(200);
+		wsd_threads_back(away);
 	}
 	return n == sizeof(*h) && h->magic == WSD_PROTO_MAGIC ? 0 : -1;
 }

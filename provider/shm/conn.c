@@ -309,9 +309,11 @@ static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
 			       const struct sockaddr_un *un, socklen_t unlen,
 			       const struct shm_owner *owner, int timeout_ms)
 {
-	int ret;
+	bool away = wsd_threads_away();   /* a fork need not wait for the registry */
+	int ret = connect(c->sock, (const struct sockaddr *)un, unlen);
 
-	if (connect(c->sock, (const struct sockaddr *)un, unlen) < 0)
+	wsd_threads_back(away);
+	if (ret < 0)
 		/* nobody listens on shm here: maybe another transport reaches it */
 		return errno == ECONNREFUSED || errno == ENOENT ? ND_NOT_SUPPORTED :
 								  wsd_nd_from_errno(-errno);

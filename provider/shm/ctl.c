@@ -44,11 +44,13 @@ int shm_send_ctl(int sock, const struct shm_ctl *m, const int *fds, int nfds)
 int shm_wait_readable(int fd, int timeout_ms)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
+	bool away = timeout_ms != 0 && wsd_threads_away();   /* a fork need not wait for it */
 	int ret;
 
 	do {
 		ret = poll(&p, 1, timeout_ms);
 	} while (ret < 0 && errno == EINTR);
+	wsd_threads_back(away);
 	if (ret < 0)
 		return -errno;
 	return ret ? 0 : -ETIMEDOUT;
