@@ -218,7 +218,7 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	}
 	if (ss->proof_waived)
 		atomic_store(&s->proven, true);
-	wsd_session_attach(s, ss);
+	wsd_session_attach_new(s, ss);
 	return;
 no:
 	answer_no(q, why);

@@ -178,7 +178,7 @@ static void open_answered(struct wsd_chan *ch, struct open_req *o, const struct 
 	if (m && m->h.kind == MSG_OPENED) {
 		wsd_session_peer(o->ss, &m->h);
 		wsd_session_known(o->ss);
-		wsd_session_attach(o->s, o->ss);
+		wsd_session_attach_new(o->s, o->ss);
 		wsd_debug("switch: fd %d upgraded on channel %u", o->s->fd, wsd_chan_id(ch));
 		wsd_sock_put(o->s);
 	} else {

@@ -39,17 +39,25 @@
 
 static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)
 {
-	int st;
+	bool up;
 
 	if (s->listening)
 		return;
-	/* held by two processes from now: the peer's data must stay where both read */
+	/*
+	 * Held by two processes from now: the peer's data must stay where both
+	 * read.  Under mu, as an attach takes it: an upgrade that attaches
+	 * after this sees no_upgrade and goes back to the stream by itself
+	 * (wsd_session_attach_new), so the fork need not wait for it; one that
+	 * attached before is upgraded here, and goes back now.
+	 */
+	pthread_mutex_lock(&s->mu);
 	if (!s->no_upgrade) {
 		s->no_upgrade = true;
 		s->why_not = R_FORKED;
 	}
-	st = atomic_load(&s->upgrade_state);
-	if (wsd_sock_upgraded(s) || st == UP_QUEUED || st == UP_RUNNING || s->rx_skip)
+	up = wsd_sock_upgraded(s);
+	pthread_mutex_unlock(&s->mu);
+	if (up || s->rx_skip)
 		wsd_sock_list_add(l, s);
 }
 
@@ -62,16 +70,10 @@ static void note_fork(int fd, struct wsd_sock *s, void *arg)
 /* The noted sockets go back to the stream (before a child may use them). */
 static void to_stream(struct wsd_sock_list *l)
 {
-	int64_t end = wsd_now_ms() + BACK_MS;
 
 	for (size_t i = 0; i < l->n; i++) {
 		struct wsd_sock *s = l->socks[i];
-		int st;
 
-		/* an upgrade under way finishes (or fails, seeing no_upgrade) first */
-		while (((st = atomic_load(&s->upgrade_state)) == UP_QUEUED || st == UP_RUNNING) &&
-		       wsd_now_ms() < end)
-			real.poll(NULL, 0, 1);
 		if (wsd_sock_upgraded(s))
 			wsd_sock_downgrade(s, BACK_MS);
 		else if (s->rx_skip)

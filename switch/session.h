@@ -164,6 +164,12 @@ void wsd_session_peer(struct wsd_session *ss, const struct wsd_hello *h);
 void wsd_session_hello(const struct wsd_session *ss, struct wsd_hello *h, uint16_t kind);
 /* Give s its session (established): from here the peer may switch. */
 void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss);
+/*
+ * The same, by a caller holding none of s's locks (a handshake's end): when
+ * a fork or spawn came while it ran (no_upgrade), s goes back to the
+ * stream at once, its peer never told it may switch.
+ */
+void wsd_session_attach_new(struct wsd_sock *s, struct wsd_session *ss);
 
 /* The SPI instance the switch uses (upgrade.c), started on first use. */
 WSPPROC_TABLE *wsd_spi(void);

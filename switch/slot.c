@@ -317,20 +317,50 @@ void became_accel(struct wsd_sock *s, bool was)
 	}
 }
 
-void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss)
+/*
+ * may_back: the caller holds none of s's locks, and s may have been kept
+ * on TCP while the handshake ran (a fork or spawn now shares the socket,
+ * the program made an io_uring; no_upgrade set under mu).  Then the peer
+ * is never told we are ready, so it never switches, and the socket goes
+ * back to the stream here, at once, rather than in the fork that would
+ * otherwise have waited for this handshake (proc.c).
+ */
+static void attach(struct wsd_sock *s, struct wsd_session *ss, bool may_back)
 {
-	bool was;
+	bool was, back;
 
 	pthread_mutex_lock(&s->mu);
 	ss->sock = s;
 	s->sess = ss;
 	atomic_store(&s->upgrade_state, UP_DONE);
 	was = s->accel;
-	publish_rx_ready(s);
+	back = may_back && s->no_upgrade;
+	if (!back)
+		publish_rx_ready(s);
 	pthread_mutex_unlock(&s->mu);
+	if (back) {
+		wsd_debug("switch: fd %d attached after a fork or stop: back to the stream",
+			  s->fd);
+		/* rx_ready never sent, nothing sent by ring: neither side waits for the other */
+		if (wsd_sock_downgrade(s, WSD_BACK_MS)) {
+			s->detached = true;
+			set_reason(s, R_FORKED);
+		}
+		return;
+	}
 	became_accel(s, was);
 	probe_upgraded(s);   /* a shared listener's short connections start their count again */
 	wsd_debug("switch: fd %d attached (%s)", s->fd, ss->path == PATH_VERBS ? "verbs" : "shm");
+}
+
+void wsd_session_attach(struct wsd_sock *s, struct wsd_session *ss)
+{
+	attach(s, ss, false);
+}
+
+void wsd_session_attach_new(struct wsd_sock *s, struct wsd_session *ss)
+{
+	attach(s, ss, true);
 }
 
 bool wsd_sock_accel(struct wsd_sock *s)
