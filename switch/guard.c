@@ -41,26 +41,26 @@ static void show_reason(struct wsd_sock *s, enum wsd_reason why)
 
 int wsd_sock_keep_tcp(struct wsd_sock *s, enum wsd_reason why)
 {
-	int64_t end = wsd_now_ms() + WSD_BACK_MS;
-	int st, r = 0;
+	bool up;
+	int r = 0;
 
 	if (s->prov)
 		wsd_upgrade_settle(s, true);   /* first bytes in a grant: by the stream */
+	/*
+	 * Under mu, as an attach takes it: an upgrade still under way sees
+	 * no_upgrade when it ends and goes back by itself, its peer never
+	 * told it may switch (wsd_session_attach_new), so nobody waits for it.
+	 */
 	pthread_mutex_lock(&s->mu);
 	if (!s->no_upgrade) {
 		s->no_upgrade = true;
 		s->why_not = (uint8_t)why;
 	}
+	up = wsd_sock_upgraded(s);
 	pthread_mutex_unlock(&s->mu);
-	/* an upgrade under way finishes (or fails, seeing no_upgrade) first */
-	while (((st = atomic_load(&s->upgrade_state)) == UP_QUEUED || st == UP_RUNNING) &&
-	       wsd_now_ms() < end)
-		real.poll(NULL, 0, 1);
-	if (st == UP_QUEUED || st == UP_RUNNING)
-		return -ETIMEDOUT;
 	if (s->listening)
 		return 0;
-	if (wsd_sock_upgraded(s))
+	if (up)
 		r = wsd_sock_downgrade(s, WSD_BACK_MS);
 	if (!r)
 		show_reason(s, why);

@@ -653,8 +653,9 @@ enum wsd_reason wsd_guard_stopped(void);
 
 /*
  * s stays on the kernel stream for good (why: its reason in wsd stat).  An
- * upgrade under way is waited for; an upgraded socket goes back to the
- * stream byte-exact first (wsd_sock_downgrade).  0 once s is plain TCP;
+ * upgrade under way is not waited for (it goes back when it ends); an
+ * upgraded socket goes back to the stream byte-exact first
+ * (wsd_sock_downgrade).  0 once s is plain TCP;
  * -errno when the peer's switch did not answer (s is then as it was).
  * Call it holding none of s's locks.
  */
