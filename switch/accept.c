@@ -420,11 +420,13 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 	const char *why;
 	int e;
 
-	if (recv_msg(&ws, &h, ANSWER_MS, NULL, NULL) || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
+	int r = recv_msg(&ws, &h, ANSWER_MS, NULL, NULL);
+
+	if (r || h.kind != MSG_HELLO || h.magic != WSD_PROTO_MAGIC) {
 		if (ws != INVALID_SOCKET)
 			drop(ws);
-		else
-			wsd_stat_refused(R_PROTOCOL);
+		else   /* a connector silent for ANSWER_MS: counted apart */
+			wsd_stat_refused(r == -ETIMEDOUT ? R_TIMEOUT : R_PROTOCOL);
 		return;
 	}
 	wsd_guard_scan();   /* an io_uring of the program's own: nothing upgrades */

@@ -40,6 +40,14 @@ struct job { struct job *next; struct wsd_sock *s; struct probe_job probe;
 	     struct wsd_stat_addr key; };
 
 #define MAX_WORKERS 8
+/*
+ * A peer address whose registry did not answer in time (a squatter that
+ * never accepts, a silent process on the name): the jobs to it for the
+ * next SLOW_MS fail at once (timeout), not each after its own deadline.
+ */
+#define SLOW_MS 30000
+#define SLOW_PEERS 16
+static struct { struct wsd_stat_addr key; int64_t until_ms; } slow[SLOW_PEERS];
 
 static struct job *jobs;
 static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
@@ -249,7 +257,7 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	    procs.lpWSPConnect(ws, (const struct sockaddr *)to, tolen, &caller, NULL, NULL,
 			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
-		*why = err == WSAEACCES ? R_ACCESS : R_PEER_PLAIN;
+		*why = err == WSAEACCES ? R_ACCESS : err == WSAETIMEDOUT ? R_TIMEOUT : R_PEER_PLAIN;
 		return NULL;
 	}
 	ch = wsd_chan_new(ws, path_of(ws), true, key);
@@ -269,11 +277,11 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 		wsd_threads_back(away);
 	}
 	/* the answer's receive posted before the HELLO goes */
-	if (recv_msg(&ws, &a, ANSWER_MS, gone, &h)) {
+	if ((e = recv_msg(&ws, &a, ANSWER_MS, gone, &h))) {
 		if (ws == INVALID_SOCKET)
 			wsd_chan_lost_socket(ch);
 		wsd_session_free(ss);
-		*why = R_NO_MATCH;
+		*why = e == -ETIMEDOUT ? R_TIMEOUT : R_NO_MATCH;
 		return NULL;
 	}
 	e = wsd_wire_hello_check(&a, MSG_ACCEPT, &bad);
@@ -413,12 +421,42 @@ static struct job *take_job(int *slot)
 	return NULL;
 }
 
+/* up_lock held: key timed out a moment ago. */
+static bool slow_peer(const struct wsd_stat_addr *key)
+{
+	int64_t now = wsd_now_ms();
+
+	for (int i = 0; i < SLOW_PEERS; i++)
+		if (slow[i].until_ms > now && same(&slow[i].key, key))
+			return true;
+	return false;
+}
+
+/* up_lock held: key timed out; the oldest entry makes room. */
+static void slow_note(const struct wsd_stat_addr *key)
+{
+	int k = 0;
+
+	for (int i = 0; i < SLOW_PEERS; i++) {
+		if (same(&slow[i].key, key)) {
+			k = i;
+			break;
+		}
+		if (slow[i].until_ms < slow[k].until_ms)
+			k = i;
+	}
+	slow[k].key = *key;
+	slow[k].until_ms = wsd_now_ms() + SLOW_MS;
+}
+
 static void *worker(void *arg)
 {
 	(void)arg;
 	wsd_spi();   /* the provider's start-up (tens of ms) is paid here, early */
 	for (;;) {
+		enum wsd_reason why;
 		struct job *j;
+		bool late;
 		int slot;
 
 		pthread_mutex_lock(&up_lock);
@@ -428,16 +466,24 @@ static void *worker(void *arg)
 			pthread_cond_wait(&jobs_cv, &up_lock);
 		idle--;
 		wsd_threads_work();
+		late = slow_peer(&j->key);
 		pthread_mutex_unlock(&up_lock);
 		if (!j->s) {
-			probe_done(&j->probe, client_channel(&j->probe));
+			why = late ? R_TIMEOUT : client_channel(&j->probe);
+			probe_done(&j->probe, why);
 		} else {
 			atomic_store(&j->s->upgrade_state, UP_RUNNING);
-			client_upgrade(j->s);
+			if (late)
+				connect_fail(j->s, R_TIMEOUT);
+			else
+				client_upgrade(j->s);
+			why = (enum wsd_reason)j->s->stat->reason;
 			wsd_sock_put(j->s);
 		}
-		free(j);
 		pthread_mutex_lock(&up_lock);
+		if (why == R_TIMEOUT && !late)
+			slow_note(&j->key);
+		free(j);
 		run_used[slot] = false;
 		if (jobs)
 			pthread_cond_broadcast(&jobs_cv);   /* one kept back for this peer may run */
@@ -647,6 +693,7 @@ void connect_atfork_child(void)
 	worker_up = false;
 	workers = idle = 0;
 	memset(run_used, 0, sizeof(run_used));
+	memset(slow, 0, sizeof(slow));
 	jobs = NULL;   /* the parent's (its sockets' references with them) */
 	open_atfork_child();
 }

@@ -265,7 +265,8 @@ int send_msg(SOCKET ws, struct wsd_hello *h)
 }
 
 /*
- * Receive one message within ms; 0 or -1.  first, when given, is sent once
+ * Receive one message within ms; 0, -ETIMEDOUT when the time ran out, or
+ * -1 (an error, *gone, a short or foreign message).  first, when given, is sent once
  * the receive is posted (the handshake's HELLO: on verbs an answer that
  * found no receive would be refused, RNR, and sent again only after a
  * timer).  A receive still pending when the time is up (or the send
@@ -298,10 +299,12 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone,
 	if (done)
 		return n == sizeof(*h) ? 0 : -1;
 	while (!procs.lpWSPGetOverlappedResult(ws, &ov, &n, 0, &fl, &err)) {
-		if (err != WSA_IO_INCOMPLETE || wsd_now_ms() > end || (gone && atomic_load(gone))) {
+		bool late = wsd_now_ms() > end;
+
+		if (err != WSA_IO_INCOMPLETE || late || (gone && atomic_load(gone))) {
 			procs.lpWSPCloseSocket(ws, &err);   /* aborts the request */
 			*wsp = INVALID_SOCKET;
-			return -1;
+			return late ? -ETIMEDOUT : -1;
 		}
 		/* a wait on another process: a fork need not wait for it (wsd_threads_hold) */
 		bool away = wsd_threads_away();
