@@ -12,11 +12,13 @@
 #include <string.h>
 
 #include "provider/shm/shm.h"
+#include "tests/fuzz/fuzz_threads.h"
 
 /*
  * The provider's engine is not linked into the shm targets: its log says
- * nothing, and the fork bookkeeping of the listener's name socket
- * (wsd_fd_named, provider/engine.c) has no fork to serve here.
+ * nothing, its threads are not counted (fuzz_threads.h), and the fork
+ * bookkeeping of the listener's name socket (wsd_fd_named,
+ * provider/engine.c) has no fork to serve here.
  */
 void wsd_debug(const char *fmt, ...)
 {

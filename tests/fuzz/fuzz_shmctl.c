@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "provider/shm/shm.h"
+#include "tests/fuzz/fuzz_threads.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

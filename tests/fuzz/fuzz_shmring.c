@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "provider/shm/data.c"
+#include "tests/fuzz/fuzz_threads.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
