@@ -540,6 +540,7 @@ const struct nd_transport wsd_transport_shm = {
 	.listen = shm_listen,
 	.listen_close = shm_listen_close,
 	.listen_owner = shm_listen_owner,
+	.listen_taken = shm_listen_taken,
 	.listen_fd = shm_listen_fd,
 	.listen_get = shm_listen_get,
 	.request_reject = shm_request_reject,

@@ -223,6 +223,7 @@ WSD_HIDDEN int shm_listen(struct nd_listener *l, void **priv, const struct socka
 			  socklen_t len, int backlog);
 WSD_HIDDEN void shm_listen_close(void *priv);
 WSD_HIDDEN int shm_listen_owner(void *priv, int tcp_fd);
+WSD_HIDDEN int shm_listen_taken(void *priv);
 WSD_HIDDEN int shm_listen_fd(void *priv);
 WSD_HIDDEN int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 			      struct nd_conn_request *req);

@@ -419,6 +419,11 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 	case SO_WSP_ACCEPT_MS:
 		v = s->accept_ms;
 		break;
+	case SO_WSP_NAME_TAKEN:
+		if (s->state != S_LISTENING || !s->l)
+			return fail_with(s, WSAEINVAL, err);
+		v = wsd_listen_taken(s->l);
+		break;
 	case SO_WSP_PEER_PID:
 		pthread_mutex_lock(&s->pv->lock);
 		v = s->state == S_CONNECTED && s->ep ? (int)s->ep->peer_pid : 0;
