@@ -9,6 +9,11 @@
 
 #include "provider/spi/spi.h"
 
+/*
+ * WSPConnect and WSPAccept take no timeout: the provider's set-up waits
+ * this long at most for a peer's answers (a registry name that does not
+ * answer at all gives up sooner, see the shm transport).
+ */
 #define CONNECT_TIMEOUT_MS 30000
 #define QUEUE_DEPTH 256u
 
