@@ -378,8 +378,9 @@ static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
 /*
  * The usual name first; when it fails short of our own resources, the
  * alternate names of registries whose usual name was taken (listen.c),
- * found by the kernel's lists (owner.c).  Every one is checked as the
- * usual one is.  The status of the usual name, unless nobody was there.
+ * found by the kernel's lists (owner.c) from owner (NULL: none).  Every
+ * one is checked as the usual one is.  The status of the usual name,
+ * unless nobody was there: then that of the first alternate that was.
  */
 static nd_status connect_find(struct nd_ep *ep, struct shm_conn *c, const struct sockaddr *addr,
 			      socklen_t len, const struct shm_owner *owner, int64_t deadline)
@@ -393,7 +394,7 @@ static nd_status connect_find(struct nd_ep *ep, struct shm_conn *c, const struct
 	if (shm_sock_name(addr, len, &un, &unlen) < 0)
 		return ND_INVALID_PARAMETER;
 	st = connect_prove(ep, c, &un, unlen, check, deadline);
-	if (st == ND_SUCCESS || st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY)
+	if (st == ND_SUCCESS || st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY || !owner)
 		return st;
 	n = shm_alt_names((unsigned)shm_addr_port(addr, len), owner, alt, altlen, SHM_ALT_MAX);
 	for (int i = 0; i < n && shm_remaining(deadline) != 0; i++) {
@@ -418,8 +419,10 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	int memfd = -1, fds[2], ret;
 	nd_status st;
 
-	if (shm_owner_want(addr, len, &owner) < 0)
-		return ND_INVALID_PARAMETER;   /* port 0: no registry has that name */
+	bool have_owner = shm_owner_want(addr, len, &owner) == 0;   /* not for port 0 */
+
+	if (shm_addr_port(addr, len) < 0 || (ep->owner_check && !have_owner))
+		return ND_INVALID_PARAMETER;
 	if (ep->owner_port)
 		owner.port = ep->owner_port;   /* a listener serving another TCP port (SO_WSP_TCP_PORT) */
 	if (!addr_is_local(addr, len))
@@ -450,7 +453,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		st = wsd_nd_from_errno(ret);
 		goto fail;
 	}
-	st = connect_find(ep, c, addr, len, &owner, deadline);
+	st = connect_find(ep, c, addr, len, have_owner ? &owner : NULL, deadline);
 	if (st != ND_SUCCESS)
 		goto fail;
 	{
