@@ -164,7 +164,8 @@ int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 
 /*
  * The usual name was taken: bind "wsd-nd.PORT.INO.RANDOM" for the TCP
- * listener tcp_fd.  Another random part if, against all odds, that one is
+ * listener tcp_fd, unless a listener of our uid has such a name for it
+ * (-EADDRINUSE).  Another random part if, against all odds, that one is
  * taken too.
  */
 static int name_alt(struct shm_listener *sl, int tcp_fd)
@@ -175,6 +176,12 @@ static int name_alt(struct shm_listener *sl, int tcp_fd)
 
 	if (fstat(tcp_fd, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return -EINVAL;
+	/*
+	 * A listener of ours has one for this TCP listener already (a fork
+	 * child's parent): in use, as the usual name would have been.
+	 */
+	if (shm_alt_held(sl->port, (unsigned long)st.st_ino))
+		return -EADDRINUSE;
 	for (int i = 0; i < 4 && ret == -EADDRINUSE; i++) {
 		uint64_t r;
 		socklen_t unlen;

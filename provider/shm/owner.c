@@ -520,3 +520,32 @@ int shm_alt_names(unsigned name_port, const struct shm_owner *o, struct sockaddr
 	free(conn.v);
 	return ret < 0 ? ret : a.n;
 }
+
+struct alt_of {
+	char prefix[48];                     /* "wsd-nd.PORT.INO." */
+	size_t plen, ino_at;                 /* where INO begins in it */
+	bool found;
+};
+
+static int alt_of_fn(void *arg, const char *name, size_t len, long uid)
+{
+	struct alt_of *a = arg;
+	unsigned long ino;
+
+	if (len <= a->plen || memcmp(name, a->prefix, a->plen) ||
+	    (uid >= 0 && (uid_t)uid != geteuid()))
+		return 0;
+	a->found = parse_alt(name + a->ino_at, len - a->ino_at, &ino) == 0;
+	return a->found;
+}
+
+/* Does a listener of our uid hold an alternate name for port and TCP listener ino? */
+bool shm_alt_held(unsigned port, unsigned long ino)
+{
+	struct alt_of a = { .found = false };
+
+	a.ino_at = (size_t)snprintf(a.prefix, sizeof(a.prefix), "wsd-nd.%u.", port);
+	a.plen = a.ino_at + (size_t)snprintf(a.prefix + a.ino_at, sizeof(a.prefix) - a.ino_at,
+					     "%lu.", ino);
+	return unix_names(1u << ST_LISTEN, alt_of_fn, &a) == 0 && a.found;
+}

@@ -90,6 +90,7 @@ int WSPListen(SOCKET h, int backlog, int *err)
 {
 	struct wsp_socket *s = live(h, err);
 	nd_status st;
+	int r;
 
 	if (!s)
 		return SOCKET_ERROR;
@@ -100,10 +101,11 @@ int WSPListen(SOCKET h, int backlog, int *err)
 	st = nd_listen(s->pv->ad, (struct sockaddr *)&s->local, s->local_len, backlog, &s->l);
 	if (st != ND_SUCCESS)
 		return fail_with(s, st == ND_ADDRESS_IN_USE ? WSAEADDRINUSE : WSAEINVAL, err);
-	if (s->tcp_listener >= 0 && wsd_listen_owner(s->l, s->tcp_listener) < 0) {
+	/* naming the TCP listener may name the registry too (shm), so it may be in use */
+	if (s->tcp_listener >= 0 && (r = wsd_listen_owner(s->l, s->tcp_listener)) < 0) {
 		nd_listen_close(s->l);
 		s->l = NULL;
-		return fail_with(s, WSAEINVAL, err);
+		return fail_with(s, r == -EADDRINUSE ? WSAEADDRINUSE : WSAEINVAL, err);
 	}
 	s->state = S_LISTENING;
 	wsp_sock_put(s);
