@@ -12,11 +12,11 @@
 #  silent        squatter as root, like the client and the server, so the
 #                connector's uid check passes and it waits for the proof:
 #                it gives up within its limit for one name (2 s), and the
-#                connection settles on TCP within 10 s.  (A name held by
+#                connection settles on TCP (timeout) within 10 s.  (A name held by
 #                the server's own user is in use, as for a sibling of the
 #                server: the server takes no alternate one.)
 #  full-plain    the full squatter and a plain server: settles on TCP
-#                within 10 s.
+#                (timeout) within 10 s.
 # Each: the client's answers are exact and it ends when told (it did not
 # hang), nothing moved by ring where it stays on TCP, and the server lives.
 set -u
@@ -26,7 +26,8 @@ $nobody test -x "$squat" || { echo "SKIP: uid 65534 cannot run $squat"; exit 77;
 
 # settles_tcp NAME PID PORT: PID's connection to PORT leaves "pending" within
 # 10 s (by the clock: wsd stat is slow on a loaded machine), on TCP with
-# whatever reason, having moved nothing by ring; the reason in $tmp/NAME.how.
+# reason timeout (the registry name was busy or silent), having moved
+# nothing by ring; a line for the log in $tmp/NAME.how.
 settles_tcp() {
 	t_settle=$(( $(now_ms) + 10000 ))
 	while :; do
@@ -41,8 +42,9 @@ socks = [s for p in st["processes"] if str(p["pid"]) == pid for s in p["sockets"
 if len(socks) != 1 or socks[0]["reason"] == "pending":
     sys.exit(2)                      # not yet
 s = socks[0]
-if s["path"] != "tcp" or s["copy_tx"] or s["copy_rx"] or s["zcopy_tx"] or s["zcopy_rx"]:
-    print("want tcp, nothing by ring: %s" % json.dumps(s))
+if s["path"] != "tcp" or s["reason"] != "timeout" or s["copy_tx"] or s["copy_rx"] \
+   or s["zcopy_tx"] or s["zcopy_rx"]:
+    print("want tcp, reason timeout, nothing by ring: %s" % json.dumps(s))
     sys.exit(1)
 print("reason %s" % s["reason"])
 PY
