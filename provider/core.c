@@ -45,6 +45,12 @@ int wsd_tp_no_owner(void *priv, int tcp_fd)
 	return -EOPNOTSUPP;
 }
 
+int wsd_tp_not_taken(void *priv)
+{
+	(void)priv;
+	return -1;
+}
+
 nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len, uint64_t token,
 			   uint32_t access)
 {
@@ -339,6 +345,18 @@ int wsd_listen_owner(struct nd_listener *l, int tcp_fd)
 			return r;
 	}
 	return 0;
+}
+
+/* The first transport whose rendezvous name someone else held: its answer. */
+int wsd_listen_taken(struct nd_listener *l)
+{
+	for (unsigned i = 0; i < l->ad->ntp; i++) {
+		int r = l->tpriv[i] ? l->ad->tp[i]->listen_taken(l->tpriv[i]) : -1;
+
+		if (r != -1)
+			return r;
+	}
+	return -1;
 }
 
 void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port)

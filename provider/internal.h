@@ -176,6 +176,11 @@ struct nd_transport {
 	 * number, or -1), for connectors that check it (nd_ep.owner_check).
 	 */
 	int (*listen_owner)(void *priv, int tcp_fd);
+	/*
+	 * Was the listener's usual rendezvous name held by another user, so
+	 * that it took an alternate one?  -1 no; else the holder's uid.
+	 */
+	int (*listen_taken)(void *priv);
 	int (*listen_fd)(void *priv);
 	/* returns 0, -ETIMEDOUT, or -errno; fills req */
 	int (*listen_get)(struct nd_listener *l, void *priv, int timeout_ms,
@@ -209,6 +214,7 @@ WSD_HIDDEN int wsd_tp_none(void *adpriv, void **priv);
 WSD_HIDDEN void wsd_tp_none_free(void *priv);
 WSD_HIDDEN int wsd_tp_none_mr(void *adpriv, struct nd_mr *mr, void **priv);
 WSD_HIDDEN int wsd_tp_no_owner(void *priv, int tcp_fd);
+WSD_HIDDEN int wsd_tp_not_taken(void *priv);
 WSD_HIDDEN nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len,
 				      uint64_t token, uint32_t access);
 
@@ -223,6 +229,7 @@ WSD_HIDDEN void wsd_caps_meet(struct nd_adapter_info *a, const struct nd_adapter
  * transport that can (those that cannot are skipped); check it at connect.
  */
 WSD_HIDDEN int wsd_listen_owner(struct nd_listener *l, int tcp_fd);
+WSD_HIDDEN int wsd_listen_taken(struct nd_listener *l);
 WSD_HIDDEN void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port);
 
 /* status.c: -errno to nd_status, in one table */

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,30 +300,113 @@ static nd_status setup_status(int err)
 }
 
 /*
- * Reach the listener and prove both ways (proof.c) before anything of ours
- * is handed over: a squatter on the name, of another user or unable to read
- * us, gets at most our uid's refusal and a nonce's address.  When the
- * caller asked (ep->owner_check), a squatter of our own user that passes
- * the proof is refused too: it holds no TCP listener on the port (owner.c).
+ * How long one registry name gets.  A full backlog is tried again every
+ * few milliseconds for SHM_BUSY_MS (an honest registry takes its backlog
+ * in a moment), then the name counts as busy: ND_TIMEOUT.  From the
+ * connect to PROVED, SHM_NAME_MS: an honest listener drops a connector
+ * that has not sent its HELLO a second after taking it (listen.c), so it
+ * answers well within that once it has taken us.  Both within the
+ * caller's deadline.
+ */
+#define SHM_BUSY_MS 100
+#define SHM_NAME_MS 2000
+#define SHM_ALT_MAX 4      /* alternate names tried (wsd-protocol(7)) */
+
+static int64_t sooner(int64_t deadline, int64_t t)
+{
+	return deadline < 0 || t < deadline ? t : deadline;
+}
+
+/* A non-blocking connect to un, again while its backlog is full: 0 or -errno. */
+static int connect_bounded(int sock, const struct sockaddr_un *un, socklen_t unlen,
+			   int64_t deadline)
+{
+	int64_t busy_end = sooner(deadline, wsd_now_ms() + SHM_BUSY_MS);
+
+	for (;;) {
+		bool away;
+		int wait;
+
+		if (connect(sock, (const struct sockaddr *)un, unlen) == 0)
+			return 0;
+		if (errno != EAGAIN && errno != EINTR)
+			return -errno;   /* a unix socket never answers EINPROGRESS */
+		wait = shm_remaining(busy_end);
+		if (!wait)
+			return -ETIMEDOUT;
+		away = wsd_threads_away();   /* a fork need not wait for the registry */
+		poll(NULL, 0, wait < 5 ? wait : 5);
+		wsd_threads_back(away);
+	}
+}
+
+/*
+ * Reach the listener on un and prove both ways (proof.c) before anything
+ * of ours is handed over: a squatter on the name, of another user or
+ * unable to read us, gets at most our uid's refusal and a nonce's address.
+ * When the caller asked (owner not NULL), a squatter of our own user that
+ * passes the proof is refused too: it holds no TCP listener on the port
+ * (owner.c).  ND_NOT_SUPPORTED when nobody listens on un.
  */
 static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
 			       const struct sockaddr_un *un, socklen_t unlen,
-			       const struct shm_owner *owner, int timeout_ms)
+			       const struct shm_owner *owner, int64_t deadline)
 {
-	bool away = wsd_threads_away();   /* a fork need not wait for the registry */
-	int ret = connect(c->sock, (const struct sockaddr *)un, unlen);
+	int64_t name_end = sooner(deadline, wsd_now_ms() + SHM_NAME_MS);
+	int ret;
 
-	wsd_threads_back(away);
+	if (c->sock >= 0)
+		close(c->sock);   /* the socket of a name tried before */
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (c->sock < 0)
+		return ND_INSUFFICIENT_RESOURCES;
+	ret = connect_bounded(c->sock, un, unlen, name_end);
 	if (ret < 0)
 		/* nobody listens on shm here: maybe another transport reaches it */
-		return errno == ECONNREFUSED || errno == ENOENT ? ND_NOT_SUPPORTED :
-								  wsd_nd_from_errno(-errno);
+		return ret == -ECONNREFUSED || ret == -ENOENT ? ND_NOT_SUPPORTED :
+							       setup_status(ret);
+	/* blocking as before from here; every wait below polls with a deadline */
+	(void)fcntl(c->sock, F_SETFL, 0);
 	ret = shm_peer_uid_ok(c->sock, &c->peer_pid);
 	if (ret == 0)
-		ret = shm_prove_connector(c->sock, c->peer_pid, owner, timeout_ms);
+		ret = shm_prove_connector(c->sock, c->peer_pid, owner, shm_remaining(name_end));
 	if (ret == -EACCES)
 		count_refusal(ep->ad);
 	return ret < 0 ? setup_status(ret) : ND_SUCCESS;
+}
+
+/*
+ * The usual name first; when it fails short of our own resources, the
+ * alternate names of registries whose usual name was taken (listen.c),
+ * found by the kernel's lists (owner.c) from owner (NULL: none).  Every
+ * one is checked as the usual one is.  The status of the usual name,
+ * unless nobody was there: then that of the first alternate that was.
+ */
+static nd_status connect_find(struct nd_ep *ep, struct shm_conn *c, const struct sockaddr *addr,
+			      socklen_t len, const struct shm_owner *owner, int64_t deadline)
+{
+	struct sockaddr_un un, alt[SHM_ALT_MAX];
+	socklen_t unlen, altlen[SHM_ALT_MAX];
+	const struct shm_owner *check = ep->owner_check ? owner : NULL;
+	nd_status st;
+	int n;
+
+	if (shm_sock_name(addr, len, &un, &unlen) < 0)
+		return ND_INVALID_PARAMETER;
+	st = connect_prove(ep, c, &un, unlen, check, deadline);
+	if (st == ND_SUCCESS || st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY || !owner)
+		return st;
+	n = shm_alt_names((unsigned)shm_addr_port(addr, len), owner, alt, altlen, SHM_ALT_MAX);
+	for (int i = 0; i < n && shm_remaining(deadline) != 0; i++) {
+		nd_status a = connect_prove(ep, c, &alt[i], altlen[i], check, deadline);
+
+		wsd_debug("shm: alternate registry %s: %s", alt[i].sun_path + 1, nd_strstatus(a));
+		if (a == ND_SUCCESS)
+			return a;
+		if (st == ND_NOT_SUPPORTED)
+			st = a;
+	}
+	return st;
 }
 
 static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, socklen_t len,
@@ -330,28 +414,22 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 {
 	struct shm_ctl m = { .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_HELLO };
 	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
-	struct sockaddr_un un;
-	socklen_t unlen;
 	struct shm_owner owner;
 	struct shm_conn *c;
 	int memfd = -1, fds[2], ret;
 	nd_status st;
 
-	if (shm_sock_name(addr, len, &un, &unlen) < 0 ||
-	    (ep->owner_check && shm_owner_want(addr, len, &owner) < 0))
+	bool have_owner = shm_owner_want(addr, len, &owner) == 0;   /* not for port 0 */
+
+	if (shm_addr_port(addr, len) < 0 || (ep->owner_check && !have_owner))
 		return ND_INVALID_PARAMETER;
-	if (ep->owner_check && ep->owner_port)
+	if (ep->owner_port)
 		owner.port = ep->owner_port;   /* a listener serving another TCP port (SO_WSP_TCP_PORT) */
 	if (!addr_is_local(addr, len))
 		return ND_NOT_SUPPORTED;   /* another host: not ours to serve */
 	c = conn_new();
 	if (!c)
 		return ND_NO_MEMORY;
-	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (c->sock < 0) {
-		st = ND_INSUFFICIENT_RESOURCES;
-		goto fail;
-	}
 	m.features = shm_features();
 	m.ring_size = shm_ring_size_param();
 	m.nwindows = shm_windows_param();
@@ -375,7 +453,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		st = wsd_nd_from_errno(ret);
 		goto fail;
 	}
-	st = connect_prove(ep, c, &un, unlen, ep->owner_check ? &owner : NULL, timeout_ms);
+	st = connect_find(ep, c, addr, len, have_owner ? &owner : NULL, deadline);
 	if (st != ND_SUCCESS)
 		goto fail;
 	{
@@ -540,6 +618,7 @@ const struct nd_transport wsd_transport_shm = {
 	.listen = shm_listen,
 	.listen_close = shm_listen_close,
 	.listen_owner = shm_listen_owner,
+	.listen_taken = shm_listen_taken,
 	.listen_fd = shm_listen_fd,
 	.listen_get = shm_listen_get,
 	.request_reject = shm_request_reject,

@@ -3,6 +3,13 @@
  * shm listener: the abstract unix socket "\0wsd-nd.PORT", scoped to the
  * network namespace, and the connections on it still proving themselves.
  *
+ * Anyone may bind that name first.  A listener that finds it held by
+ * another user binds "\0wsd-nd.PORT.INO.RANDOM" instead, once it knows the
+ * TCP listener it stands for (shm_listen_owner; until then nobody reaches
+ * it): INO that socket's inode, RANDOM 64 bits nobody can guess, so no one
+ * can hold this name before us.  Connectors find it by the kernel's lists
+ * (owner.c).  Who held the usual name is kept (shm_listen_taken).
+ *
  * A connection is accepted at once and its uid checked (SO_PEERCRED)
  * before we send it anything.  Our PROVE_ACK names the TCP listener we
  * stand for, when the SPI told us (SO_WSP_TCP_LISTENER), for connectors
@@ -25,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "provider/shm/shm.h"
@@ -46,6 +55,12 @@ struct pending {
 struct shm_listener {
 	int fd;
 	_Atomic int tcp_fd;          /* the TCP listener we stand for, named in PROVE_ACK */
+	/* naming: the usual name, or (taken) the alternate one once tcp_fd is known */
+	unsigned port;
+	int backlog;
+	bool taken;                  /* someone else held "wsd-nd.PORT" */
+	int holder;                  /* its uid, or -2 when the kernel did not say */
+	atomic_flag alt_named;       /* the alternate name is bound (or being bound) */
 	int epfd;
 	bool fd_watched;             /* the socket is in epfd (not while full) */
 	int npending;
@@ -75,10 +90,25 @@ int shm_sock_name(const struct sockaddr *addr, socklen_t len, struct sockaddr_un
 	return 0;
 }
 
+/* Listen on the bound socket and watch it: connectors may come from now on. */
+static int name_listen(struct shm_listener *sl)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = sl };
+
+	if (listen(sl->fd, sl->backlog > 0 ? sl->backlog : 16) < 0)
+		return -errno;
+	wsd_fd_named(sl->fd, true);   /* a fork child does not hold our name */
+	sl->fd_watched = true;        /* before the first event can reach a taker */
+	if (epoll_ctl(sl->epfd, EPOLL_CTL_ADD, sl->fd, &ev) < 0) {
+		sl->fd_watched = false;
+		return -errno;
+	}
+	return 0;
+}
+
 int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 	       socklen_t len, int backlog)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
 	struct shm_listener *sl;
 	struct sockaddr_un un;
 	socklen_t unlen;
@@ -90,25 +120,86 @@ int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 	sl = calloc(1, sizeof(*sl));
 	if (!sl)
 		return -ENOMEM;
+	atomic_init(&sl->tcp_fd, -1);
+	atomic_flag_clear(&sl->alt_named);
+	sl->port = (unsigned)shm_addr_port(addr, len);
+	sl->backlog = backlog;
 	sl->epfd = epoll_create1(EPOLL_CLOEXEC);
 	sl->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	ev.data.ptr = sl;
-	if (sl->epfd < 0 || sl->fd < 0 || bind(sl->fd, (struct sockaddr *)&un, unlen) < 0 ||
-	    listen(sl->fd, backlog > 0 ? backlog : 16) < 0 ||
-	    epoll_ctl(sl->epfd, EPOLL_CTL_ADD, sl->fd, &ev) < 0) {
+	ret = sl->epfd < 0 || sl->fd < 0 ? -errno : 0;
+	if (!ret && bind(sl->fd, (struct sockaddr *)&un, unlen) < 0) {
 		ret = -errno;
-		if (sl->fd >= 0)
+		/*
+		 * Held by another user: a squatter, for all we know.  Held by
+		 * ours (a listener of this process or of a sibling on the same
+		 * port, SO_REUSEPORT), or by one the kernel does not name: in
+		 * use, as it always was.
+		 */
+		if (ret == -EADDRINUSE &&
+		    (sl->holder = shm_name_holder(&un, unlen)) >= 0 &&
+		    (uid_t)sl->holder != geteuid()) {
+			/* not listening, not watched: shm_listen_owner names it */
+			sl->taken = true;
+			wsd_debug("shm: registry name wsd-nd.%u held by uid %d: an alternate name "
+				  "once the TCP listener is known", sl->port, sl->holder);
+			*priv = sl;
+			return 0;
+		}
+	}
+	if (!ret)
+		ret = name_listen(sl);
+	if (ret < 0) {
+		if (sl->fd >= 0) {
+			wsd_fd_named(sl->fd, false);
 			close(sl->fd);
+		}
 		if (sl->epfd >= 0)
 			close(sl->epfd);
 		free(sl);
 		return ret;
 	}
-	sl->fd_watched = true;
-	wsd_fd_named(sl->fd, true);   /* a fork child does not hold our name */
-	atomic_init(&sl->tcp_fd, -1);
 	*priv = sl;
 	return 0;
+}
+
+/*
+ * The usual name was taken: bind "wsd-nd.PORT.INO.RANDOM" for the TCP
+ * listener tcp_fd, unless a listener of our uid has such a name for it
+ * (-EADDRINUSE).  Another random part if, against all odds, that one is
+ * taken too.
+ */
+static int name_alt(struct shm_listener *sl, int tcp_fd)
+{
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	struct stat st;
+	int ret = -EADDRINUSE;
+
+	if (fstat(tcp_fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return -EINVAL;
+	/*
+	 * A listener of ours has one for this TCP listener already (a fork
+	 * child's parent): in use, as the usual name would have been.
+	 */
+	if (shm_alt_held(sl->port, (unsigned long)st.st_ino))
+		return -EADDRINUSE;
+	for (int i = 0; i < 4 && ret == -EADDRINUSE; i++) {
+		uint64_t r;
+		socklen_t unlen;
+
+		while (getrandom(&r, sizeof(r), 0) != sizeof(r))
+			;
+		unlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				    (size_t)snprintf(un.sun_path + 1, sizeof(un.sun_path) - 1,
+						     "wsd-nd.%u.%lu.%016llx", sl->port,
+						     (unsigned long)st.st_ino,
+						     (unsigned long long)r));
+		ret = bind(sl->fd, (struct sockaddr *)&un, unlen) < 0 ? -errno : 0;
+	}
+	if (!ret)
+		ret = name_listen(sl);
+	if (!ret)
+		wsd_debug("shm: registry for port %u on %s", sl->port, un.sun_path + 1);
+	return ret;
 }
 
 /* Remove pending i (its socket already closed or handed on); a slot is free again. */
@@ -144,11 +235,26 @@ void shm_listen_close(void *priv)
 	free(sl);
 }
 
-/* May come after listen, while a thread takes requests: hence the atomic. */
+/*
+ * May come after listen, while a thread takes requests: hence the atomics.
+ * The first descriptor given names a listener whose usual name was taken;
+ * until then nobody can reach it.
+ */
 int shm_listen_owner(void *priv, int tcp_fd)
 {
-	atomic_store(&((struct shm_listener *)priv)->tcp_fd, tcp_fd);
-	return 0;
+	struct shm_listener *sl = priv;
+
+	atomic_store(&sl->tcp_fd, tcp_fd);
+	if (!sl->taken || tcp_fd < 0 || atomic_flag_test_and_set(&sl->alt_named))
+		return 0;
+	return name_alt(sl, tcp_fd);
+}
+
+int shm_listen_taken(void *priv)
+{
+	struct shm_listener *sl = priv;
+
+	return sl->taken ? sl->holder : -1;
 }
 
 int shm_listen_fd(void *priv)

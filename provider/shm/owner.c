@@ -30,11 +30,17 @@
  * included, and a server that has just closed 75,000 connections takes a
  * tenth of a second to print it, each time a new peer upgrades.  Another
  * namespace, or a kernel without sock_diag, is read from /proc as before.
+ *
+ * The registry's names themselves are asked of unix_diag (the end of this
+ * file): who holds "wsd-nd.PORT" when a listener finds it taken, and
+ * which alternate names "wsd-nd.PORT.INO.RANDOM" (wsd-protocol(7)) stand
+ * for a TCP listener on the address dialled, held by a socket of our uid.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +49,9 @@
 #include <unistd.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
 
 #include "provider/shm/shm.h"
 
@@ -347,4 +355,197 @@ int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o)
 		wsd_debug("shm: pid %d holds no TCP listener (fd %d) nor connection on port %u: "
 			  "refused", (int)pid, fd, o->port);
 	return ok ? 0 : -EACCES;
+}
+
+/* ---- registry names held by whom: unix_diag ---------------------------- */
+
+/*
+ * Each listening (states) unix socket of our network namespace with an
+ * abstract name: fn(arg, name without its leading 0, length, owner's uid
+ * or -1 when the kernel does not say, inode); fn returns nonzero to stop.
+ * 0, or -1 when the kernel would not answer.
+ */
+static int unix_names(uint32_t states,
+		      int (*fn)(void *arg, const char *name, size_t len, long uid), void *arg)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct unix_diag_req r;
+	} q = {
+		.nh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
+		.r = { .sdiag_family = AF_UNIX, .udiag_states = states,
+		       .udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_UID },
+	};
+	enum { BUF = 32768 };
+	char *buf;
+	int fd, ret = -1;
+	bool done = false, stop = false;
+
+	if (!(buf = malloc(BUF)))
+		return -1;
+	fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (fd < 0 || send(fd, &q, sizeof(q), 0) != (ssize_t)sizeof(q))
+		goto out;
+	while (!done) {
+		ssize_t n = recv(fd, buf, BUF, 0);
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		if (n <= 0)
+			goto out;
+		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			const struct unix_diag_msg *m = NLMSG_DATA(h);
+			const struct rtattr *a;
+			const char *name = NULL;
+			size_t nlen = 0;
+			long uid = -1;
+			int alen;
+
+			if (h->nlmsg_type == NLMSG_DONE) {
+				done = true;
+				break;
+			}
+			if (h->nlmsg_type == NLMSG_ERROR ||
+			    h->nlmsg_len < NLMSG_LENGTH(sizeof(*m)))
+				goto out;
+			if (stop)
+				continue;   /* the rest of the dump is read, not looked at */
+			alen = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
+			for (a = (const struct rtattr *)(m + 1); RTA_OK(a, alen); a = RTA_NEXT(a, alen)) {
+				if (a->rta_type == UNIX_DIAG_NAME) {
+					name = RTA_DATA(a);
+					nlen = RTA_PAYLOAD(a);
+				} else if (a->rta_type == UNIX_DIAG_UID &&
+					   RTA_PAYLOAD(a) >= sizeof(uint32_t)) {
+					uint32_t u;
+
+					memcpy(&u, RTA_DATA(a), sizeof(u));
+					uid = (long)u;
+				}
+			}
+			if (name && nlen > 1 && name[0] == 0)
+				stop = fn(arg, name + 1, nlen - 1, uid) != 0;
+		}
+	}
+	ret = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return ret;
+}
+
+struct holder {
+	const char *name;
+	size_t len;
+	long uid;
+	bool found;
+};
+
+static int holder_fn(void *arg, const char *name, size_t len, long uid)
+{
+	struct holder *h = arg;
+
+	if (len != h->len || memcmp(name, h->name, len))
+		return 0;
+	h->found = true;
+	h->uid = uid;
+	return 1;
+}
+
+int shm_name_holder(const struct sockaddr_un *un, socklen_t unlen)
+{
+	struct holder h = { .name = un->sun_path + 1, .uid = -1,
+			    .len = unlen - offsetof(struct sockaddr_un, sun_path) - 1 };
+
+	/* bound and never listening, or listening: every state (unix_diag numbers them as TCP's) */
+	if (unix_names(~0u, holder_fn, &h) < 0 || !h.found || h.uid < 0 || h.uid > INT32_MAX)
+		return -2;
+	return (int)h.uid;
+}
+
+struct alts {
+	char prefix[32];                     /* "wsd-nd.PORT." */
+	size_t plen;
+	const struct inodes *listen;
+	struct sockaddr_un *out;
+	socklen_t *outlen;
+	int n, max;
+};
+
+/* "INO.HHHHHHHHHHHHHHHH": 0 and the inode, or -1 when it is not that shape. */
+static int parse_alt(const char *s, size_t len, unsigned long *ino)
+{
+	size_t i = 0;
+
+	*ino = 0;
+	for (; i < len && s[i] >= '0' && s[i] <= '9' && i < 11; i++)
+		*ino = *ino * 10 + (unsigned long)(s[i] - '0');
+	if (i == 0 || i + 1 + 16 != len || s[i] != '.')
+		return -1;
+	for (i++; i < len; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return -1;
+	return 0;
+}
+
+static int alts_fn(void *arg, const char *name, size_t len, long uid)
+{
+	struct alts *a = arg;
+	unsigned long ino;
+
+	if (len <= a->plen || len > sizeof(a->out->sun_path) - 1 ||
+	    memcmp(name, a->prefix, a->plen) || parse_alt(name + a->plen, len - a->plen, &ino) ||
+	    (uid >= 0 && (uid_t)uid != geteuid()) || !member(a->listen, ino))
+		return 0;
+	memset(&a->out[a->n], 0, sizeof(a->out[a->n]));
+	a->out[a->n].sun_family = AF_UNIX;
+	memcpy(a->out[a->n].sun_path + 1, name, len);
+	a->outlen[a->n] = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
+	return ++a->n == a->max;
+}
+
+int shm_alt_names(unsigned name_port, const struct shm_owner *o, struct sockaddr_un *out,
+		  socklen_t *outlen, int max)
+{
+	struct inodes listen = { 0 }, conn = { 0 };
+	struct alts a = { .out = out, .outlen = outlen, .max = max, .listen = &listen };
+	int ret;
+
+	a.plen = (size_t)snprintf(a.prefix, sizeof(a.prefix), "wsd-nd.%u.", name_port);
+	ret = collect(getpid(), o, 1u << ST_LISTEN, &listen, &conn);
+	if (ret == 0 && listen.n)
+		ret = unix_names(1u << ST_LISTEN, alts_fn, &a) < 0 ? -EOPNOTSUPP : 0;
+	free(listen.v);
+	free(conn.v);
+	return ret < 0 ? ret : a.n;
+}
+
+struct alt_of {
+	char prefix[48];                     /* "wsd-nd.PORT.INO." */
+	size_t plen, ino_at;                 /* where INO begins in it */
+	bool found;
+};
+
+static int alt_of_fn(void *arg, const char *name, size_t len, long uid)
+{
+	struct alt_of *a = arg;
+	unsigned long ino;
+
+	if (len <= a->plen || memcmp(name, a->prefix, a->plen) ||
+	    (uid >= 0 && (uid_t)uid != geteuid()))
+		return 0;
+	a->found = parse_alt(name + a->ino_at, len - a->ino_at, &ino) == 0;
+	return a->found;
+}
+
+/* Does a listener of our uid hold an alternate name for port and TCP listener ino? */
+bool shm_alt_held(unsigned port, unsigned long ino)
+{
+	struct alt_of a = { .found = false };
+
+	a.ino_at = (size_t)snprintf(a.prefix, sizeof(a.prefix), "wsd-nd.%u.", port);
+	a.plen = a.ino_at + (size_t)snprintf(a.prefix + a.ino_at, sizeof(a.prefix) - a.ino_at,
+					     "%lu.", ino);
+	return unix_names(1u << ST_LISTEN, alt_of_fn, &a) == 0 && a.found;
 }

@@ -202,6 +202,17 @@ struct shm_owner {
 };
 WSD_HIDDEN int shm_owner_want(const struct sockaddr *addr, socklen_t len, struct shm_owner *o);
 WSD_HIDDEN int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o);
+/*
+ * unix_diag: the uid of the socket that holds the name un (-2 when the
+ * kernel does not say); up to max alternate registry names
+ * "wsd-nd.NAME_PORT.INO.RANDOM" held by our uid whose INO is a TCP
+ * listener for o: their number, or -errno; whether our uid holds one
+ * for port and the TCP listener ino already.
+ */
+WSD_HIDDEN int shm_name_holder(const struct sockaddr_un *un, socklen_t unlen);
+WSD_HIDDEN int shm_alt_names(unsigned name_port, const struct shm_owner *o,
+			     struct sockaddr_un *out, socklen_t *outlen, int max);
+WSD_HIDDEN bool shm_alt_held(unsigned port, unsigned long ino);
 
 /* listen.c: the registry socket and the requests proving themselves on it */
 struct shm_request {
@@ -214,6 +225,7 @@ WSD_HIDDEN int shm_listen(struct nd_listener *l, void **priv, const struct socka
 			  socklen_t len, int backlog);
 WSD_HIDDEN void shm_listen_close(void *priv);
 WSD_HIDDEN int shm_listen_owner(void *priv, int tcp_fd);
+WSD_HIDDEN int shm_listen_taken(void *priv);
 WSD_HIDDEN int shm_listen_fd(void *priv);
 WSD_HIDDEN int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 			      struct nd_conn_request *req);

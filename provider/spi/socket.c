@@ -9,6 +9,11 @@
 
 #include "provider/spi/spi.h"
 
+/*
+ * WSPConnect and WSPAccept take no timeout: the provider's set-up waits
+ * this long at most for a peer's answers (a registry name that does not
+ * answer at all gives up sooner, see the shm transport).
+ */
 #define CONNECT_TIMEOUT_MS 30000
 #define QUEUE_DEPTH 256u
 
@@ -85,6 +90,7 @@ int WSPListen(SOCKET h, int backlog, int *err)
 {
 	struct wsp_socket *s = live(h, err);
 	nd_status st;
+	int r;
 
 	if (!s)
 		return SOCKET_ERROR;
@@ -95,10 +101,11 @@ int WSPListen(SOCKET h, int backlog, int *err)
 	st = nd_listen(s->pv->ad, (struct sockaddr *)&s->local, s->local_len, backlog, &s->l);
 	if (st != ND_SUCCESS)
 		return fail_with(s, st == ND_ADDRESS_IN_USE ? WSAEADDRINUSE : WSAEINVAL, err);
-	if (s->tcp_listener >= 0 && wsd_listen_owner(s->l, s->tcp_listener) < 0) {
+	/* naming the TCP listener may name the registry too (shm), so it may be in use */
+	if (s->tcp_listener >= 0 && (r = wsd_listen_owner(s->l, s->tcp_listener)) < 0) {
 		nd_listen_close(s->l);
 		s->l = NULL;
-		return fail_with(s, WSAEINVAL, err);
+		return fail_with(s, r == -EADDRINUSE ? WSAEADDRINUSE : WSAEINVAL, err);
 	}
 	s->state = S_LISTENING;
 	wsp_sock_put(s);
@@ -418,6 +425,11 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 		break;
 	case SO_WSP_ACCEPT_MS:
 		v = s->accept_ms;
+		break;
+	case SO_WSP_NAME_TAKEN:
+		if (s->state != S_LISTENING || !s->l)
+			return fail_with(s, WSAEINVAL, err);
+		v = wsd_listen_taken(s->l);
 		break;
 	case SO_WSP_PEER_PID:
 		pthread_mutex_lock(&s->pv->lock);

@@ -2,21 +2,41 @@
 # A squatter holds the registry name "\0wsd-nd.P" of a port P before the
 # server on P starts (tuple squat: it answers the shm proof as a process
 # that may read its connectors would, names a TCP listener of its own on
-# another port, and counts the descriptors it is sent).  A wsd client of the
-# server must stay on TCP with reason access, its answers exact, and the
-# squatter must get no descriptor:
+# another port, and counts the descriptors it is sent).  The squatter must
+# get no descriptor and the client's answers must be exact:
 #  other-uid  squatter of uid 65534; server (under wsd) and client as root:
-#             the connector's uid check refuses it.
+#             the connector's uid check refuses the squatter.  The server
+#             found its usual name taken and listens on an alternate one
+#             (wsd-protocol(7)), which the client tries next: it is on shm.
 #  same-uid   squatter as root, like the client, so it passes the mutual
-#             proof; the server is plain.  Only the connector's check that
-#             the registry's process holds the TCP listener on P (owner.c)
-#             refuses it; without it the client hands over its memfd and
-#             eventfds and writes its switch proof into the plain server's
-#             stream.
+#             proof; the server is plain, so there is no alternate name.
+#             Only the connector's check that the registry's process holds
+#             the TCP listener on P (owner.c) refuses it; without it the
+#             client hands over its memfd and eventfds and writes its
+#             switch proof into the plain server's stream.  The client
+#             stays on TCP with reason access.
 set -u
 . "${srcdir:-.}/tests/attack/priv.sh"
 
-# case NAME SQUAT-PREFIX SERVER-PREFIX
+# on_shm NAME PID PORT: PID's connection to PORT is on shm within 10 s.
+on_shm() {
+	n=0
+	until "$wsd" stat --json "$2" >"$tmp/$1.json" 2>/dev/null && python3 - "$tmp/$1.json" "$2" "$3" <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1]))
+pid, port = sys.argv[2:4]
+sys.exit(0 if any(s["path"] == "shm" for p in st["processes"] if str(p["pid"]) == pid
+                  for s in p["sockets"]
+                  if s["peer"] and s["peer"].rsplit(":", 1)[1] == port) else 1)
+PY
+	do
+		n=$((n + 1))
+		[ $n -le 100 ] || fail "$1: the connection to port $3 is not on shm after 10 s"
+		sleep 0.1
+	done
+}
+
+# case NAME SQUAT-PREFIX SERVER-PREFIX WANT (shm, or a reason on TCP)
 case_run() {
 	name=$1
 	$2 "$prog" squat "$tmp/$name.port" "$tmp/$name.stop" >"$tmp/$name-squat.out" \
@@ -35,7 +55,11 @@ case_run() {
 	client=$!
 	pids="$pids $client"
 	wait_file "$tmp/$name.local" || fail "$name: the client did not connect"
-	stays_tcp "$name" "$client" "$port" access
+	if [ "$4" = shm ]; then
+		on_shm "$name" "$client" "$port"
+	else
+		stays_tcp "$name" "$client" "$port" "$4"
+	fi
 	sleep 0.3   # some calls after the refusal
 	touch "$tmp/$name.stop"
 	wait "$client" || fail "$name: the client saw a wrong answer or none"
@@ -47,7 +71,8 @@ case_run() {
 	echo "$name: $(cat "$tmp/$name-client.out"); $(cat "$tmp/$name-squat.out")"
 }
 
-case_run other-uid "$nobody" "$wsd run --"
-case_run same-uid "" ""
-echo "PASS: the squatters got no descriptor; the clients stayed on TCP (access), answers exact"
+case_run other-uid "$nobody" "$wsd run --" shm
+case_run same-uid "" "" access
+echo "PASS: the squatters got no descriptor; a wsd server's client on shm past the squatter," \
+	"a plain server's on TCP (access); answers exact"
 exit 0
