@@ -132,6 +132,12 @@ typedef void (*LPWSAOVERLAPPED_COMPLETION_ROUTINE)(uint32_t error, uint32_t byte
  * request, then fails with WSAETIMEDOUT (0, the default: until one comes).
  */
 #define SO_WSP_ACCEPT_MS        0x7103
+/*
+ * Listening socket, read-only: -1 when the transport's rendezvous name
+ * for the port was free; else the uid of the other user who held it, the
+ * listener then reachable under an alternate name (shm; verbs: -1).
+ */
+#define SO_WSP_NAME_TAKEN       0x7104
 
 #define SD_RECEIVE 0
 #define SD_SEND    1

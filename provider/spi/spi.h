@@ -21,16 +21,6 @@
 
 #define WSP_MAX_BUFS WSP_MAX_BUFFERS
 
-/*
- * Listening socket, read-only: was the provider's rendezvous name for the
- * port held by another user, so that the listener took an alternate one
- * (wsd-protocol(7))?  -1 no; else the holder's uid.  To move to
- * <wsd/wsp.h> with the other SO_WSP options.
- */
-#ifndef SO_WSP_NAME_TAKEN
-#define SO_WSP_NAME_TAKEN       0x7104
-#endif
-
 struct rc_entry;
 
 enum req_kind { REQ_SEND, REQ_RECV, REQ_READ, REQ_WRITE, REQ_BIND, REQ_INVAL };
