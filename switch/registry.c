@@ -43,6 +43,7 @@ struct reg {
 	 */
 	struct wsd_reg_page *page;
 	uint32_t self;
+	struct regpage_seen seen;    /* what we read of the page (regpage.h), up_lock held */
 	bool own_page;               /* a page of ours, unmapped with the registry */
 	/*
 	 * A fork child's own registry, for the connections it accepts on port
@@ -86,11 +87,34 @@ static uint64_t tuple_hash(const struct wsd_stat_addr *client, const struct wsd_
 
 _Static_assert(R_MOVED == WSD_REASON_MOVED, "the wire's moved");
 
-/* up_lock held: r is the registration of port (not a child's own) and shared. */
-static bool reg_shared(const struct reg *r, uint16_t port)
+/*
+ * up_lock held: r is the registration of port (not a child's own) and
+ * shared.  The count is checked, and once over self stays so (it only
+ * grows); a bad page is shared (regpage_count).
+ */
+static bool reg_shared(struct reg *r, uint16_t port)
 {
 	return r->port == port && !r->side_port && r->page &&
-	       atomic_load(&r->page->count) > r->self;
+	       regpage_count(r->page, &r->seen) > r->self;
+}
+
+/*
+ * up_lock held: the port of the child's registry that noted the connection
+ * whose tuple hashes to h, or 0.  The page full, or not as an honest
+ * process writes it, and the connection is routed nowhere (counted as
+ * page when a request's answer is at stake: count).
+ */
+static uint16_t reg_find(struct reg *r, uint64_t h, bool count)
+{
+	int port = regpage_find(r->page, h, r->port, &r->seen);
+
+	if (port >= 0)
+		return (uint16_t)port;
+	if (count)
+		wsd_stat_refused(R_PAGE);
+	wsd_debug("switch: port %u's shared page %s: a request not sent on", r->port,
+		  port == -ENOSPC ? "full" : "written as no child of ours writes it");
+	return 0;
 }
 
 uint16_t registry_moved(uint16_t port, const struct wsd_tuple *t, bool *shared)
@@ -101,9 +125,7 @@ uint16_t registry_moved(uint16_t port, const struct wsd_tuple *t, bool *shared)
 	pthread_mutex_lock(&up_lock);
 	for (struct reg *r = regs; r && !*shared; r = r->next)
 		if ((*shared = reg_shared(r, port)) && t && t->client.family) {
-			uint64_t h = tuple_hash(&t->client, &t->server);
-
-			moved = regpage_find(r->page, h);
+			moved = reg_find(r, tuple_hash(&t->client, &t->server), true);
 		}
 	pthread_mutex_unlock(&up_lock);
 	return moved;
@@ -116,7 +138,7 @@ uint16_t registry_sibling(uint16_t port, uint16_t side, const struct wsd_tuple *
 	pthread_mutex_lock(&up_lock);
 	for (struct reg *r = regs; r; r = r->next)
 		if (r->port == port && r->side_port == side && r->page) {
-			moved = regpage_find(r->page, tuple_hash(&t->client, &t->server));
+			moved = reg_find(r, tuple_hash(&t->client, &t->server), false);
 			break;
 		}
 	pthread_mutex_unlock(&up_lock);
@@ -169,7 +191,7 @@ static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *
  * The acceptor's look, at each wake: its port shared since the requests in
  * hand were kept (a fork child's first accept counted it)?
  */
-static bool port_shared(const struct reg *r)
+static bool port_shared(struct reg *r)
 {
 	bool shared;
 
@@ -408,14 +430,21 @@ fail:
 void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s)
 {
 	uint64_t h;
+	int e;
 
 	if (!wsd_stat_own(s->stat) || learn_tuple(s))
 		return;
 	h = tuple_hash(&s->stat->peer, &s->stat->local);
-	if (regpage_note(l->reg_page, h, l->side_port)) {
+	e = regpage_note(l->reg_page, h, l->side_port);
+	if (!e) {
 		s->reg_page = l->reg_page;
 		s->reg_noted = regpage_value(h, l->side_port);
 		s->reg_noted_pid = wsd_pid();
+	} else {
+		/* the port's registry cannot send its request here: TCP, unless asked here */
+		set_reason(s, R_PAGE);
+		wsd_debug("switch: fd %d not noted in port %u's shared page (%d)", s->fd,
+			  l->stat->local.port, e);
 	}
 }
 
@@ -450,7 +479,7 @@ void wsd_upgrade_relisten(struct wsd_sock *l)
 	}
 	l->reg_try_ms = now + RELISTEN_MS;
 	if (!l->reg_counted && l->reg_page) {
-		atomic_fetch_add(&l->reg_page->count, 1);
+		regpage_count_self(l->reg_page);
 		l->reg_counted = true;
 	}
 	pthread_mutex_unlock(&l->mu);

@@ -1,37 +1,40 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A registration's page: the table of the connections its fork children
- * accepted (regpage.h says what it holds and why).  It owns the table and
- * its lock; registry.c decides when to note, forget and look.
+ * accepted (regpage.h says what it holds, why, and why it is read as
+ * untrusted input).  It owns the table and the checks of what is read
+ * from it; registry.c decides when to note, forget and look, and keeps
+ * each process's regpage_seen.
+ *
+ * No lock: each slot is one word, read once per step of a walk and
+ * changed by compare-and-swap from the value read.  Sequentially
+ * consistent atomics throughout (a walk is at most REGPAGE_PROBES loads;
+ * nothing here is hot enough to be worth weaker orders).  Every loop is
+ * bounded by REGPAGE_PROBES, or by NOTE_TRIES walks, whatever the page
+ * holds.
  */
 #include <errno.h>
-#include <string.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <sys/mman.h>
 
 #include "switch/regpage.h"
 
 #define TAG 0xffffffffffff0000ull
+#define PORT 0xffffull
+/* a forgotten entry: any value with no port is one; this is the one we write */
+#define TOMB TAG
+/* walks a note retries when another process took the slot it chose */
+#define NOTE_TRIES 8
 
 struct wsd_reg_page *regpage_new(void)
 {
 	struct wsd_reg_page *p = mmap(NULL, sizeof(*p), PROT_READ | PROT_WRITE,
 				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	pthread_mutexattr_t a;
-	bool ok;
 
 	if (p == MAP_FAILED)
 		return NULL;
-	ok = !pthread_mutexattr_init(&a);
-	if (ok) {
-		ok = !pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) &&
-		     !pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) &&
-		     !pthread_mutex_init(&p->lock, &a);
-		pthread_mutexattr_destroy(&a);
-	}
-	if (!ok) {
-		munmap(p, sizeof(*p));
-		return NULL;
-	}
+	p->magic = REGPAGE_MAGIC;
 	return p;
 }
 
@@ -40,18 +43,9 @@ void regpage_free(struct wsd_reg_page *p)
 	munmap(p, sizeof(*p));
 }
 
-static bool page_lock(struct wsd_reg_page *p)
+static bool ours(const struct wsd_reg_page *p)
 {
-	int e = pthread_mutex_lock(&p->lock);
-
-	if (e == EOWNERDEAD) {
-		/* its holder died in the middle of a change: start empty */
-		memset(p->slot, 0, sizeof(p->slot));
-		p->used = 0;
-		pthread_mutex_consistent(&p->lock);
-		return true;
-	}
-	return e == 0;
+	return __atomic_load_n(&p->magic, __ATOMIC_RELAXED) == REGPAGE_MAGIC;
 }
 
 static size_t home(uint64_t v)
@@ -64,72 +58,118 @@ static size_t next(size_t i)
 	return (i + 1) % REGPAGE_SLOTS;
 }
 
-/*
- * Lock held: the index of the entry that matches v under mask (its hash,
- * or all of it), else of the free slot where the walk from v's home ended.
- * The table is never full, so a free slot ends every walk.
- */
-static size_t walk(const struct wsd_reg_page *p, uint64_t v, uint64_t mask)
+static bool live(uint64_t s)
+{
+	return (s & PORT) != 0;
+}
+
+int regpage_note(struct wsd_reg_page *p, uint64_t h, uint16_t port)
+{
+	uint64_t v = regpage_value(h, port);
+
+	if (!ours(p))
+		return -EBADMSG;
+	for (int tries = 0; tries < NOTE_TRIES; tries++) {
+		size_t i = home(v), hit = SIZE_MAX, free_at = SIZE_MAX;
+		uint64_t hit_was = 0, free_was = 0;
+
+		/* the entry with h's hash, else the first free slot, within the walk */
+		for (unsigned n = 0; n < REGPAGE_PROBES; n++, i = next(i)) {
+			uint64_t s = atomic_load(&p->slot[i]);
+
+			if (live(s) && (s & TAG) == (v & TAG)) {
+				hit = i, hit_was = s;
+				break;
+			}
+			if (!live(s) && free_at == SIZE_MAX)
+				free_at = i, free_was = s;
+			if (!s)
+				break;   /* never used: nothing of h's lies further */
+		}
+		if (hit != SIZE_MAX) {
+			if (atomic_compare_exchange_strong(&p->slot[hit], &hit_was, v))
+				return 0;
+		} else if (free_at == SIZE_MAX) {
+			return -ENOSPC;
+		} else if (atomic_compare_exchange_strong(&p->slot[free_at], &free_was, v)) {
+			return 0;
+		}
+		/* another process changed the slot since: walk again */
+	}
+	return -EAGAIN;
+}
+
+void regpage_forget(struct wsd_reg_page *p, uint64_t v)
 {
 	size_t i = home(v);
 
-	while (p->slot[i] && (p->slot[i] & mask) != (v & mask))
-		i = next(i);
-	return i;
-}
+	for (unsigned n = 0; n < REGPAGE_PROBES; n++, i = next(i)) {
+		uint64_t s = atomic_load(&p->slot[i]);
 
-bool regpage_note(struct wsd_reg_page *p, uint64_t h, uint16_t port)
-{
-	uint64_t v = regpage_value(h, port);
-	bool ok = true;
-	size_t i;
-
-	if (!page_lock(p))
-		return false;
-	i = walk(p, v, TAG);
-	if (p->slot[i])
-		p->slot[i] = v;
-	else if ((ok = p->used < REGPAGE_FULL))
-		p->slot[i] = v, p->used++;
-	pthread_mutex_unlock(&p->lock);
-	return ok;
-}
-
-/*
- * Each entry after the hole up to the next free slot moves back into it
- * when its home is not between the hole and where it is (a walk from its
- * home would otherwise stop at the hole before reaching it).
- */
-void regpage_forget(struct wsd_reg_page *p, uint64_t v)
-{
-	size_t i;
-
-	if (!page_lock(p))
-		return;
-	i = walk(p, v, ~0ull);
-	if (p->slot[i]) {
-		for (size_t k = next(i); p->slot[k]; k = next(k)) {
-			size_t h = home(p->slot[k]);
-			bool stays = i <= k ? (h > i && h <= k) : (h > i || h <= k);
-
-			if (!stays) {
-				p->slot[i] = p->slot[k];
-				i = k;
-			}
+		if (s == v) {
+			/* a process that changed it since has made it another's: left */
+			(void)atomic_compare_exchange_strong(&p->slot[i], &s, TOMB);
+			return;
 		}
-		p->slot[i] = 0;
-		p->used--;
+		if (!s)
+			return;
 	}
-	pthread_mutex_unlock(&p->lock);
 }
 
-uint16_t regpage_find(struct wsd_reg_page *p, uint64_t h)
+int regpage_find(struct wsd_reg_page *p, uint64_t h, uint16_t listener,
+		 struct regpage_seen *seen)
 {
-	uint16_t port;
+	size_t i = home(h);
+	bool passed_free = false;
 
-	if (!page_lock(p))
-		return 0;
-	port = (uint16_t)p->slot[walk(p, h, TAG)];
-	pthread_mutex_unlock(&p->lock);
-	return port;
+	if (seen->bad)
+		return -EBADMSG;
+	if (!ours(p)) {
+		seen->bad = true;
+		return -EBADMSG;
+	}
+	for (unsigned n = 0; n < REGPAGE_PROBES; n++, i = next(i)) {
+		uint64_t s = atomic_load(&p->slot[i]);
+		uint16_t port = (uint16_t)(s & PORT);
+
+		if (!s)
+			return 0;
+		if (!port) {
+			passed_free = true;   /* a tombstone: the walk goes on past it */
+			continue;
+		}
+		if ((s & TAG) != (h & TAG))
+			continue;
+		/* no child's registry is on the listener's port: not written by one */
+		if (port == listener) {
+			seen->bad = true;
+			return -EBADMSG;
+		}
+		return port;
+	}
+	/*
+	 * The walk's end: past a tombstone it is a miss, as on a page that
+	 * churned long; past other entries only, the page is full (or filled).
+	 */
+	return passed_free ? 0 : -ENOSPC;
+}
+
+uint32_t regpage_count(struct wsd_reg_page *p, struct regpage_seen *seen)
+{
+	uint32_t c;
+
+	if (!seen->bad) {
+		c = atomic_load(&p->count);
+		/* honest children only add themselves, and there are no more of them than pids */
+		if (c < seen->count || c > REGPAGE_COUNT_MAX || !ours(p))
+			seen->bad = true;
+		else
+			seen->count = c;
+	}
+	return seen->bad ? UINT32_MAX : seen->count;
+}
+
+void regpage_count_self(struct wsd_reg_page *p)
+{
+	atomic_fetch_add(&p->count, 1);
 }

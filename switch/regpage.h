@@ -5,44 +5,69 @@
  * first accept, and one that opened a registry of its own (its parent
  * keeps the port's) notes there each connection it accepts, and forgets it
  * at its last close, so that the port's registry can send a request for it
- * on (R_MOVED; registry.c).  Only the processes of one program write it.
+ * on (R_MOVED; registry.c).
  *
- * The notes are a hash table (open addressing, linear probing, deletion by
- * shifting back) under a process-shared robust mutex: an entry is the
- * tuple's hash in the high 48 bits and the child's registry port in the
- * low 16, at the index its hash names or after.  Full (REGPAGE_FULL live
- * connections), a connection is not noted and its request is answered
- * shared.  A process that dies holding the lock leaves the table half
- * changed: the next one empties it (those connections' requests are
- * answered shared).  Untouched pages cost no memory: a server that never
- * forks touches the first.  (Until 2026-11-25 an entry was one
- * overwriting store at hash % 511: wrk's 200 connections to one nginx
- * worker left 35 on TCP, the birthday count of 200 in 511.)
+ * Any child may write it, and a child may have dropped to another user
+ * (nginx's and Apache's workers do) or run code its parent would not
+ * trust: the page is untrusted input to every process that reads it.  So
+ * no lock lives in it (a holder could keep it for ever), no walk is longer
+ * than REGPAGE_PROBES slots (a page of garbage has no free slot to end
+ * one), and each value read is checked before it is used: the magic, the
+ * count (it only grows, up to a pid's limit), a found port (never 0 nor
+ * the listener's own).  A page found written as no honest process writes
+ * it is taken as bad by the process that read it (struct regpage_seen, in
+ * its own memory) and not used for moves again: its connections' requests
+ * are answered shared and stay on TCP, counted as R_PAGE.  What a child
+ * can do through the page is cost acceleration, never an answer.
+ *
+ * The notes are a hash table of single 64-bit words, each changed only by
+ * compare-and-swap: an entry is the tuple's hash in the high 48 bits and
+ * the child's registry port in the low 16, within REGPAGE_PROBES slots of
+ * the index its hash names (linear probing).  A forgotten entry leaves a
+ * tombstone (port 0), which a later note reuses and a walk passes; only a
+ * never-used slot (0) ends a walk early.  Tombstones are never turned back
+ * into free slots: that would need the quiet the page cannot promise, and
+ * a walk costs REGPAGE_PROBES reads at worst anyway.  No free slot within
+ * the walk, and a connection is not noted (R_PAGE): its request is
+ * answered shared.  Untouched pages cost no memory: a server that never
+ * forks touches the first.
  */
 #ifndef WSD_SWITCH_REGPAGE_H
 #define WSD_SWITCH_REGPAGE_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #define REGPAGE_BYTES (256u << 10)
 #define REGPAGE_HEAD 128u
 #define REGPAGE_SLOTS ((REGPAGE_BYTES - REGPAGE_HEAD) / 8u)
-#define REGPAGE_FULL (REGPAGE_SLOTS / 8u * 7u)
+/* the longest walk: at the loads of honest servers, a full run of this many is never met */
+#define REGPAGE_PROBES 64u
+#define REGPAGE_MAGIC 0x3165676170647377ull   /* "wsdpage1" */
+/* no more children than pids (PID_MAX_LIMIT) */
+#define REGPAGE_COUNT_MAX (4u << 20)
 
 struct wsd_reg_page {
 	union {
 		struct {
+			uint64_t magic;           /* REGPAGE_MAGIC, written by its maker alone */
 			_Atomic uint32_t count;   /* fork children that accepted on the listener */
-			uint32_t used;            /* live entries (lock held) */
-			pthread_mutex_t lock;
 		};
 		uint8_t head[REGPAGE_HEAD];
 	};
-	uint64_t slot[REGPAGE_SLOTS];
+	_Atomic uint64_t slot[REGPAGE_SLOTS];
 };
 _Static_assert(sizeof(struct wsd_reg_page) == REGPAGE_BYTES, "the registration's page");
+
+/*
+ * What one process has read of a page, in its own memory (registry.c keeps
+ * it under up_lock): the highest count read, and whether the page was
+ * found bad.  Zeroed, it has read nothing.
+ */
+struct regpage_seen {
+	uint32_t count;
+	bool bad;
+};
 
 /* A new page, shared with the children we fork from now on; NULL when none. */
 struct wsd_reg_page *regpage_new(void);
@@ -52,11 +77,29 @@ static inline uint64_t regpage_value(uint64_t h, uint16_t port)
 {
 	return (h & 0xffffffffffff0000ull) | port;
 }
-/* Noted (an entry with h's hash replaced); false when full. */
-bool regpage_note(struct wsd_reg_page *p, uint64_t h, uint16_t port);
-/* The entry v (regpage_value) removed, if there. */
+/*
+ * Noted (an entry with h's hash replaced): 0; -ENOSPC when no slot within
+ * the walk is free (full, or garbage), -EBADMSG when the page is not one
+ * of ours, -EAGAIN when others kept changing the slots it took.
+ */
+int regpage_note(struct wsd_reg_page *p, uint64_t h, uint16_t port);
+/* The entry v (regpage_value) removed, if found within the walk. */
 void regpage_forget(struct wsd_reg_page *p, uint64_t v);
-/* The port noted for the connection whose tuple hashes to h, or 0. */
-uint16_t regpage_find(struct wsd_reg_page *p, uint64_t h);
+/*
+ * The port noted for the connection whose tuple hashes to h, or 0 when
+ * none is; -ENOSPC when the walk met only other entries (the page full,
+ * or garbage); -EBADMSG when the page is, or was before, found bad
+ * (seen->bad): the entry's port is 0 or listener, or the magic is wrong.
+ */
+int regpage_find(struct wsd_reg_page *p, uint64_t h, uint16_t listener,
+		 struct regpage_seen *seen);
+/*
+ * The count of children that accepted, checked: it only grows, and stays
+ * below REGPAGE_COUNT_MAX.  A page found bad here or before: UINT32_MAX
+ * (its listener is shared, whatever the page says).
+ */
+uint32_t regpage_count(struct wsd_reg_page *p, struct regpage_seen *seen);
+/* A child's first accept: counted among those that accept on the listener. */
+void regpage_count_self(struct wsd_reg_page *p);
 
 #endif /* WSD_SWITCH_REGPAGE_H */
