@@ -140,6 +140,7 @@ struct nd_ep {
 struct nd_listener {
 	struct nd_adapter *ad;
 	void *tpriv[WSD_MAX_TP];       /* NULL where that transport does not listen */
+	_Atomic uint64_t refused[WSD_LREF_N];   /* the transports' refusals, by why */
 };
 
 struct nd_conn_request {

@@ -79,4 +79,20 @@ WSD_PRIVATE bool wsd_uring_foreign(int fd);
 /* fd (on) or no longer (off) closed in a fork child: a listener's registry socket. */
 WSD_PRIVATE void wsd_fd_named(int fd, bool on);
 
+/*
+ * What a listener turned away below the switch (the shm registry: its uid
+ * check, the proof, the proof's deadline, a process's share of the proof
+ * slots), counted from its start by why.  The switch adds them to wsd
+ * stat.
+ */
+enum wsd_lrefused {
+	WSD_LREF_USER,               /* another user: turned away on SO_PEERCRED */
+	WSD_LREF_PROOF,              /* a proof that failed: it may not read us */
+	WSD_LREF_TIMEOUT,            /* no complete proof within the deadline */
+	WSD_LREF_PEER,               /* its process already held its share of the slots */
+	WSD_LREF_EVICTED,            /* dropped for a newcomer: its process held the most */
+	WSD_LREF_PROTOCOL,           /* a message out of turn or malformed */
+	WSD_LREF_N
+};
+
 #endif

@@ -15,10 +15,18 @@
  * stand for, when the SPI told us (SO_WSP_TCP_LISTENER), for connectors
  * that check it (owner.c).  It then walks the proof of proof.c, one
  * non-blocking step per message, with a deadline of SHM_PROOF_MS from its
- * accept; at most PENDING_MAX walk at a time.  So a silent or slow
- * connector costs others nothing but a slot for a second, and nothing is
- * mapped for anyone here: a request reaches the application only after
- * the proof, with its memfd unmapped until nd_ep_accept.
+ * accept; at most PENDING_MAX walk at a time, PENDING_PER_PID of them
+ * from one process (as SO_PEERCRED names it).  Every process that walks
+ * runs as our user, so a bound per process is the one that matters.  A
+ * newcomer that finds every slot taken takes the oldest slot of the
+ * process holding the most, when that is more than its own process holds:
+ * silent connectors, however many processes they come from, cannot keep
+ * another process's proof, which takes microseconds, from starting.  The
+ * socket is drained as connectors come, so none waits in the kernel's
+ * backlog behind them.  Nothing is mapped for anyone here: a request
+ * reaches the application only after the proof, with its memfd unmapped
+ * until nd_ep_accept.  Whatever is turned away is counted by why in
+ * l->refused, which the switch reads (wsd_listen_refused).
  *
  * The listener's pollable fd is an epoll set holding the socket and every
  * pending connection, so a waiter wakes for either.
@@ -41,6 +49,9 @@
 
 #define SHM_PROOF_MS 1000     /* from accept to a complete HELLO */
 #define PENDING_MAX 16
+#define PENDING_PER_PID 2     /* one process's share of the slots */
+/* connectors taken per wake, so the steps of those in the slots come between */
+#define TAKE_BATCH (PENDING_MAX / 2)
 
 enum pstate { P_PROVE, P_ECHO, P_HELLO };
 
@@ -62,7 +73,7 @@ struct shm_listener {
 	int holder;                  /* its uid, or -2 when the kernel did not say */
 	atomic_flag alt_named;       /* the alternate name is bound (or being bound) */
 	int epfd;
-	bool fd_watched;             /* the socket is in epfd (not while full) */
+	bool fd_watched;             /* the socket is in epfd */
 	int npending;
 	struct pending *p[PENDING_MAX];
 };
@@ -209,11 +220,6 @@ static void pending_remove(struct shm_listener *sl, int i)
 	free(sl->p[i]);
 	sl->p[i] = sl->p[--sl->npending];
 	sl->p[sl->npending] = NULL;
-	if (!sl->fd_watched) {
-		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = sl };
-
-		sl->fd_watched = epoll_ctl(sl->epfd, EPOLL_CTL_ADD, sl->fd, &ev) == 0;
-	}
 }
 
 static void pending_drop(struct shm_listener *sl, int i)
@@ -262,27 +268,88 @@ int shm_listen_fd(void *priv)
 	return ((struct shm_listener *)priv)->epfd;
 }
 
-static void count_refusal(struct nd_listener *l)
+static void count_refusal(struct nd_listener *l, enum wsd_lrefused why)
 {
-	pthread_mutex_lock(&l->ad->lock);
-	l->ad->refused_access++;
-	pthread_mutex_unlock(&l->ad->lock);
+	atomic_fetch_add_explicit(&l->refused[why], 1, memory_order_relaxed);
+	if (why == WSD_LREF_USER || why == WSD_LREF_PROOF) {
+		pthread_mutex_lock(&l->ad->lock);
+		l->ad->refused_access++;
+		pthread_mutex_unlock(&l->ad->lock);
+	}
 }
 
-/* Take new connections while there is room; check each one's uid first. */
+/* The slots process pid holds. */
+static int held_by(const struct shm_listener *sl, pid_t pid)
+{
+	int n = 0;
+
+	for (int i = 0; i < sl->npending; i++)
+		n += sl->p[i]->pid == pid;
+	return n;
+}
+
+/*
+ * Every slot taken, and a newcomer whose process holds `held`: the slot
+ * to give it, the oldest of the process that holds the most, when that is
+ * more than `held`; else -1.  The oldest, as an honest proof is over in
+ * microseconds: what has waited longest is the likeliest to be silent.
+ * Never one past its proof (P_HELLO): its process may read us, and its
+ * HELLO is on the way.
+ */
+static int pending_victim(const struct shm_listener *sl, int held)
+{
+	int best = -1, most = held;
+
+	for (int i = 0; i < sl->npending; i++) {
+		int n = held_by(sl, sl->p[i]->pid);
+		bool older = best >= 0 && sl->p[i]->deadline < sl->p[best]->deadline;
+
+		if (sl->p[i]->state == P_HELLO)
+			continue;
+		if (n > most || (n == most && older)) {
+			most = n;
+			best = i;
+		}
+	}
+	return best;
+}
+
+/*
+ * Take the connectors waiting, TAKE_BATCH at most: each one's uid checked
+ * first, then its process's share, then a slot made for it if need be.
+ */
 static void take_new(struct nd_listener *l, struct shm_listener *sl)
 {
-	while (sl->npending < PENDING_MAX) {
+	for (int k = 0; k < TAKE_BATCH; k++) {
 		struct epoll_event ev = { .events = EPOLLIN };
 		struct pending *p;
 		pid_t pid;
-		int sock = accept4(sl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		int held, ret, sock = accept4(sl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 		if (sock < 0)
 			return;   /* EAGAIN, or a connector gone already */
-		if (shm_peer_uid_ok(sock, &pid) < 0) {
-			count_refusal(l);
-			shm_reject(sock, SHM_REJECT, ND_ACCESS_DENIED);
+		ret = shm_peer_uid_ok(sock, &pid);
+		if (ret < 0) {
+			if (ret == -EACCES) {
+				count_refusal(l, WSD_LREF_USER);
+				shm_reject(sock, SHM_REJECT, ND_ACCESS_DENIED);
+			}
+			close(sock);
+			continue;
+		}
+		held = held_by(sl, pid);
+		if (held < PENDING_PER_PID && sl->npending == PENDING_MAX) {
+			int v = pending_victim(sl, held);
+
+			if (v >= 0) {
+				count_refusal(l, WSD_LREF_EVICTED);
+				shm_reject(sl->p[v]->sock, SHM_REJECT, ND_CONNECTION_REFUSED);
+				pending_drop(sl, v);
+			}
+		}
+		if (held >= PENDING_PER_PID || sl->npending == PENDING_MAX) {
+			count_refusal(l, WSD_LREF_PEER);
+			shm_reject(sock, SHM_REJECT, ND_CONNECTION_REFUSED);
 			close(sock);
 			continue;
 		}
@@ -299,9 +366,6 @@ static void take_new(struct nd_listener *l, struct shm_listener *sl)
 		p->deadline = wsd_now_ms() + SHM_PROOF_MS;
 		sl->p[sl->npending++] = p;
 	}
-	/* full: leave the rest in the backlog until a slot frees */
-	if (sl->fd_watched && epoll_ctl(sl->epfd, EPOLL_CTL_DEL, sl->fd, NULL) == 0)
-		sl->fd_watched = false;
 }
 
 static bool hello_ok(const struct shm_ctl *m, const int *fds)
@@ -324,17 +388,21 @@ static int pending_step(struct nd_listener *l, struct shm_listener *sl, struct p
 
 	if (ret == -ETIMEDOUT)
 		return 0;
+	if (ret == -EPROTO)
+		count_refusal(l, WSD_LREF_PROTOCOL);
 	if (ret < 0)
-		return ret;
+		return ret;   /* malformed, or the connector gone */
 	switch (p->state) {
 	case P_PROVE: {
 		uint8_t theirs[SHM_NONCE];
 
-		if (m.type != SHM_PROVE)
+		if (m.type != SHM_PROVE) {
+			count_refusal(l, WSD_LREF_PROTOCOL);
 			return -EPROTO;
+		}
 		if (shm_nonce_read(p->pid, m.probe_addr, theirs) < 0 ||
 		    shm_nonce_new(&p->nonce) < 0) {
-			count_refusal(l);
+			count_refusal(l, WSD_LREF_PROOF);
 			shm_reject(p->sock, SHM_REJECT, ND_ACCESS_DENIED);
 			return -EACCES;
 		}
@@ -348,8 +416,7 @@ static int pending_step(struct nd_listener *l, struct shm_listener *sl, struct p
 	}
 	case P_ECHO:
 		if (m.type != SHM_ECHO || !shm_nonce_match(&p->nonce, m.nonce)) {
-			if (m.type == SHM_ECHO)
-				count_refusal(l);
+			count_refusal(l, m.type == SHM_ECHO ? WSD_LREF_PROOF : WSD_LREF_PROTOCOL);
 			shm_reject(p->sock, SHM_REJECT, ND_ACCESS_DENIED);
 			return -EACCES;
 		}
@@ -360,6 +427,7 @@ static int pending_step(struct nd_listener *l, struct shm_listener *sl, struct p
 		return shm_send_ctl(p->sock, &m, NULL, 0);
 	case P_HELLO:
 		if (m.type != SHM_HELLO || !hello_ok(&m, fds)) {
+			count_refusal(l, WSD_LREF_PROTOCOL);
 			shm_close_fds(fds, 3);
 			shm_reject(p->sock, SHM_REJECT, ND_CONNECTION_REFUSED);
 			return -EPROTO;
@@ -390,6 +458,7 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 
 		for (int i = 0; i < sl->npending;) {
 			if (sl->p[i]->deadline <= now) {
+				count_refusal(l, WSD_LREF_TIMEOUT);
 				pending_drop(sl, i);   /* silent or slow: its slot goes to others */
 				continue;
 			}
@@ -401,12 +470,15 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 		n = epoll_wait(sl->epfd, ev, PENDING_MAX + 1, wait);
 		if (n < 0 && errno != EINTR)
 			return -errno;
+		bool take = false;
+
 		for (int k = 0; k < n; k++) {
 			struct shm_request *r;
 			int i, ret;
 
+			/* after the steps: a newcomer must not take the slot of one ready to go on */
 			if (ev[k].data.ptr == sl) {
-				take_new(l, sl);
+				take = true;
 				continue;
 			}
 			for (i = 0; i < sl->npending && sl->p[i] != ev[k].data.ptr; i++)
@@ -430,6 +502,8 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 			if (ret < 0)
 				pending_drop(sl, i);
 		}
+		if (take)
+			take_new(l, sl);
 		if (deadline >= 0 && wsd_now_ms() >= deadline)
 			return -ETIMEDOUT;
 	}
