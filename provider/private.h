@@ -83,7 +83,8 @@ WSD_PRIVATE void wsd_fd_named(int fd, bool on);
  * What a listener turned away below the switch (the shm registry: its uid
  * check, the proof, the proof's deadline, a process's share of the proof
  * slots), counted from its start by why.  The switch adds them to wsd
- * stat.
+ * stat.  spi/socket.c: those of SPI listening socket s (a SOCKET) into
+ * counts; 0, or -1 when s is no listener.
  */
 enum wsd_lrefused {
 	WSD_LREF_USER,               /* another user: turned away on SO_PEERCRED */
@@ -94,5 +95,6 @@ enum wsd_lrefused {
 	WSD_LREF_PROTOCOL,           /* a message out of turn or malformed */
 	WSD_LREF_N
 };
+WSD_PRIVATE int wsd_listen_refused(uintptr_t s, uint64_t counts[WSD_LREF_N]);
 
 #endif

@@ -53,6 +53,8 @@ struct reg {
 	 */
 	uint16_t side_port;
 	int side_fd;
+	/* the provider listener's refusals counted in wsd stat so far (the acceptor's) */
+	uint64_t refused_seen[WSD_LREF_N];
 };
 
 #define REG_GRACE_MS 10000
@@ -212,6 +214,27 @@ static void reg_free(struct reg *r)
 	free(r);
 }
 
+/*
+ * What the provider's listener turned away since the last look (its uid
+ * check, proof, deadline and per-process share: private.h), into wsd stat
+ * by reason; the switch never saw those connectors.
+ */
+static void count_refused(struct reg *r)
+{
+	static const uint8_t reason[WSD_LREF_N] = {
+		[WSD_LREF_USER] = R_ACCESS, [WSD_LREF_PROOF] = R_ACCESS,
+		[WSD_LREF_TIMEOUT] = R_TIMEOUT, [WSD_LREF_PEER] = R_PEER_LIMIT,
+		[WSD_LREF_EVICTED] = R_PEER_LIMIT, [WSD_LREF_PROTOCOL] = R_PROTOCOL,
+	};
+	uint64_t now[WSD_LREF_N];
+
+	if (wsd_listen_refused(r->ls, now))
+		return;
+	for (int i = 0; i < WSD_LREF_N; i++)
+		for (; r->refused_seen[i] < now[i]; r->refused_seen[i]++)
+			wsd_stat_refused(reason[i]);
+}
+
 static void *acceptor(void *arg)
 {
 	struct reg *r = arg;
@@ -230,6 +253,7 @@ static void *acceptor(void *arg)
 		ws = procs.lpWSPAccept(r->ls, NULL, NULL, on_request, (uintptr_t)&a, &err);
 		if (!a.working)
 			wsd_threads_work();
+		count_refused(r);
 		closed = atomic_load(&r->closed_at);
 
 		if (closed && wsd_now_ms() - closed > REG_GRACE_MS) {

@@ -447,6 +447,26 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 	return 0;
 }
 
+/* private.h: not an option, as the counts are no API an integrator may hold us to */
+int wsd_listen_refused(uintptr_t h, uint64_t counts[WSD_LREF_N])
+{
+	int err, ret = -1;
+	struct wsp_socket *s = wsp_sock_get((SOCKET)h, &err);
+
+	if (!s)
+		return -1;
+	pthread_mutex_lock(&s->pv->lock);
+	/* closing, set under the lock, comes before the listener is freed */
+	if (s->state == S_LISTENING && s->l && !s->closing) {
+		for (int i = 0; i < WSD_LREF_N; i++)
+			counts[i] = atomic_load_explicit(&s->l->refused[i], memory_order_relaxed);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&s->pv->lock);
+	wsp_sock_put(s);
+	return ret;
+}
+
 /*
  * SO_WSP_TCP_LISTENER: a descriptor (or -1) for a listener, applied at once
  * when it listens already; for a socket that will connect, > 0 asks for
