@@ -335,16 +335,32 @@ enum wsd_path path_of(SOCKET ws)
 	return !strcmp(name, "verbs") ? PATH_VERBS : PATH_SHM;
 }
 
-/* port: a moved refusal's (wsd-protocol(7), Servers that fork), else 0 */
+/*
+ * port: a moved refusal's (wsd-protocol(7), Servers that fork), else 0.
+ * The REFUSE waits for a receive the peer may never post: REFUSE_MS at
+ * most, then the close ends it (and the peer sees the end).  The
+ * registry's acceptor refuses too, and must not wait on any one peer.
+ */
 void refuse_port(SOCKET ws, enum wsd_reason why, uint16_t port)
 {
 	struct wsd_hello h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
 			       .kind = MSG_REFUSE, .reason = why, .seg = port };
+	WSABUF b = { sizeof(h), (char *)&h };
+	WSAOVERLAPPED ov = { .hEvent = (void *)1 };
+	int64_t end = wsd_now_ms() + REFUSE_MS;
+	uint32_t n, fl;
 	int err;
 
 	wsd_stat_refused(why);
-	send_msg(ws, &h);
-	procs.lpWSPCloseSocket(ws, &err);
+	if (procs.lpWSPSend(ws, &b, 1, &n, 0, &ov, NULL, NULL, &err) && err == WSA_IO_PENDING)
+		while (!procs.lpWSPGetOverlappedResult(ws, &ov, &n, 0, &fl, &err) &&
+		       err == WSA_IO_INCOMPLETE && wsd_now_ms() <= end) {
+			bool away = wsd_threads_away();   /* a wait on another process */
+
+			usleep(200);
+			wsd_threads_back(away);
+		}
+	procs.lpWSPCloseSocket(ws, &err);   /* aborts a send still waiting, before h goes */
 }
 
 void refuse(SOCKET ws, enum wsd_reason why)

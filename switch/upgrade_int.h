@@ -12,6 +12,7 @@
 
 #define ANSWER_MS 5000               /* each side waits this for the other's message */
 #define PENDING_MS 10000             /* a HELLO waits this for the application's accept */
+#define REFUSE_MS 20                 /* a REFUSE waits this for the peer's receive */
 /*
  * Requests a process has in hand at once: handshakes waiting for their
  * HELLO (each on a thread of its own, so that a silent one delays nobody
