@@ -6,8 +6,10 @@
  * connections the program accepted, or
  * waits for its accept (at most MAX_PENDING HELLOs and MAX_PENDING_OPENS
  * OPENs, PENDING_MS each), and is
- * answered ACCEPT/OPENED or REFUSE/DECLINE.  pend_lock guards the
- * requests in hand.
+ * answered ACCEPT/OPENED or REFUSE/DECLINE.  Of the handshakes and of
+ * the requests kept, one peer holds no more than its share
+ * (PEER_SHARE_OF).  pend_lock guards the requests in hand and the
+ * handshakes running.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -37,6 +39,7 @@ struct pending {
 	struct wsd_tuple t;
 	uint64_t when_ms;
 	uint16_t moved;              /* accept_pending_reshare: the answer's port */
+	uint32_t peer;               /* a HELLO's: the process the kernel named, or 0 */
 };
 
 /* oldest first (pend_lock): expiry looks at the head, and the program
@@ -58,7 +61,8 @@ static struct closed_tuple {
 	struct wsd_stat_addr server, client;
 } closed[CLOSED_KEEP];
 static unsigned closed_next;
-static _Atomic int handshakes;       /* take_hello threads running */
+/* pend_lock: the take_hello threads running, and the process each is with (0: not known) */
+static struct { bool used; uint32_t peer; } handshakes[MAX_HANDSHAKES];
 pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The accepted connection a connect request names, held, or NULL. */
@@ -106,6 +110,7 @@ struct request {
 	struct wsd_sock *sock;       /* ...for this accepted socket */
 	struct wsd_session *grant;   /* ...and the session the entry granted */
 	int fd;                      /* ...and the poster's descriptor of the connection, or -1 */
+	uint32_t peer;               /* a HELLO's: the process the kernel named at ws's end, or 0 */
 };
 
 /* An answer to an OPEN: in the mailbox entry it came in, else a message. */
@@ -299,14 +304,31 @@ void wsd_upgrade_accepted_closed(struct wsd_sock *s)
 }
 
 /*
+ * pend_lock held: q's peer (its channel, or the process at ws's end) has
+ * its share of the requests kept: a quarter of the cap, once half of it
+ * is in use.  A HELLO from a process we cannot name is bound by the cap.
+ */
+static bool past_share(const struct request *q)
+{
+	int cap = q->ch ? MAX_PENDING_OPENS : MAX_PENDING, mine = 0;
+
+	if ((q->ch ? npending - npending_ws : npending_ws) < cap / 2 || (!q->ch && !q->peer))
+		return false;
+	for (const struct pending *p = pendings; p; p = p->next)
+		mine += q->ch ? p->ch == q->ch : !p->ch && p->peer == q->peer;
+	return mine >= PEER_SHARE_OF(cap);
+}
+
+/*
  * A request that passed its checks: attached to the accepted connection it
- * names, or kept until the program accepts it (within the caps).
+ * names, or kept until the program accepts it (within the caps, and its
+ * peer's share of them).
  */
 static void take_request(const struct request *q, const struct wsd_tuple *t)
 {
 	struct find f = { t, NULL };
 	struct pending *p = NULL, *old = NULL;
-	bool full = false, shared = false, gone;
+	bool full = false, over = false, shared = false, gone;
 	uint16_t moved = 0;
 
 	pthread_mutex_lock(&pend_lock);
@@ -322,9 +344,10 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 	gone = !f.found && !moved && !shared && closed_lately(t);
 	if (!f.found && !shared && !gone) {
 		pending_expire((uint64_t)wsd_now_ms(), &old);
+		over = past_share(q);
 		full = q->ch ? npending - npending_ws >= MAX_PENDING_OPENS :
 			       npending_ws >= MAX_PENDING;
-		p = full ? NULL : calloc(1, sizeof(*p));
+		p = full || over ? NULL : calloc(1, sizeof(*p));
 		if (p) {
 			if (q->ch)
 				wsd_chan_hold(q->ch);
@@ -333,6 +356,7 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 			p->req = q->req;
 			p->h = *q->h;
 			p->t = *t;
+			p->peer = q->peer;
 			p->when_ms = (uint64_t)wsd_now_ms();
 			*pend_tail = p;
 			pend_tail = &p->next;
@@ -351,7 +375,7 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 		wsd_debug("switch: a request for a connection accepted and closed lately: declined");
 		answer_no(q, R_NO_MATCH);
 	} else if (!p) {
-		answer_no(q, shared ? R_SHARED : full ? R_BUSY : R_PROVIDER);
+		answer_no(q, shared ? R_SHARED : over ? R_PEER_LIMIT : full ? R_BUSY : R_PROVIDER);
 	}
 }
 
@@ -414,7 +438,7 @@ static void take_channel(SOCKET ws, const struct wsd_hello *h, uint16_t port)
 	wsd_debug("switch: channel %u made ahead by process %u", wsd_chan_id(ch), h->pid);
 }
 
-static void take_hello(SOCKET ws, const struct wsd_tuple *t)
+static void take_hello(SOCKET ws, const struct wsd_tuple *t, uint32_t peer)
 {
 	struct wsd_hello h;
 	const char *why;
@@ -440,7 +464,7 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t)
 		take_channel(ws, &h, t->server.port);
 		return;
 	}
-	take_request(&(struct request){ .ws = ws, .ch = NULL, .h = &h }, t);
+	take_request(&(struct request){ .ws = ws, .ch = NULL, .h = &h, .peer = peer }, t);
 }
 
 /* An OPEN on a channel: as a HELLO, without a new SPI connection. */
@@ -454,34 +478,90 @@ void wsd_upgrade_on_open(struct wsd_chan *ch, const struct wsd_chmsg *m)
 struct handshake {
 	SOCKET ws;
 	struct wsd_tuple t;
+	int place;                   /* in handshakes[] */
+	uint32_t peer;
 };
+
+static void handshake_end(int place)
+{
+	pthread_mutex_lock(&pend_lock);
+	handshakes[place].used = false;
+	pthread_mutex_unlock(&pend_lock);
+}
 
 static void *handshake_main(void *arg)
 {
 	struct handshake *hs = arg;
 
-	take_hello(hs->ws, &hs->t);
+	take_hello(hs->ws, &hs->t, hs->peer);
+	handshake_end(hs->place);
 	free(hs);
-	atomic_fetch_sub(&handshakes, 1);
 	return NULL;
+}
+
+/*
+ * A place in handshakes[] for one with peer (0: not known), or -1 and why
+ * not: every place taken (busy), or the peer has its share (peer-limit),
+ * counted as the requests kept are (past_share).
+ */
+static int handshake_place(uint32_t peer, enum wsd_reason *why)
+{
+	int place = -1, used = 0, mine = 0;
+
+	pthread_mutex_lock(&pend_lock);
+	for (int i = 0; i < MAX_HANDSHAKES; i++) {
+		if (!handshakes[i].used) {
+			if (place < 0)
+				place = i;
+			continue;
+		}
+		used++;
+		mine += peer && handshakes[i].peer == peer;
+	}
+	*why = mine >= PEER_SHARE_OF(MAX_HANDSHAKES) && used >= MAX_HANDSHAKES / 2 ?
+	       R_PEER_LIMIT : R_BUSY;
+	if (*why == R_PEER_LIMIT)
+		place = -1;
+	if (place >= 0) {
+		handshakes[place].used = true;
+		handshakes[place].peer = peer;
+	}
+	pthread_mutex_unlock(&pend_lock);
+	return place;
+}
+
+/* The process the kernel named at ws's other end (shm), or 0. */
+static uint32_t peer_of(SOCKET ws)
+{
+	socklen_t len = sizeof(int);
+	int pid = 0, err;
+
+	if (procs.lpWSPGetSockOpt(ws, SOL_WSP, SO_WSP_PEER_PID, &pid, &len, &err) || pid <= 0)
+		return 0;
+	return (uint32_t)pid;
 }
 
 /* The request's HELLO is awaited on a thread of its own, within the caps. */
 void accept_handshake(SOCKET ws, const struct wsd_tuple *t)
 {
 	struct handshake *hs = NULL;
-	bool ok = false;
+	enum wsd_reason why;
+	uint32_t peer = peer_of(ws);
+	int place = handshake_place(peer, &why);
 
-	if (atomic_fetch_add(&handshakes, 1) < MAX_HANDSHAKES && (hs = malloc(sizeof(*hs)))) {
+	if (place >= 0 && (hs = malloc(sizeof(*hs)))) {
 		hs->ws = ws;
 		hs->t = *t;
-		ok = wsd_thread_start(handshake_main, hs, false) == 0;
+		hs->place = place;
+		hs->peer = peer;
+		if (wsd_thread_start(handshake_main, hs, false) == 0)
+			return;
+		why = R_BUSY;
 	}
-	if (!ok) {
-		free(hs);
-		atomic_fetch_sub(&handshakes, 1);
-		refuse(ws, R_BUSY);
-	}
+	free(hs);
+	if (place >= 0)
+		handshake_end(place);
+	refuse(ws, why);
 }
 
 /*
@@ -721,5 +801,5 @@ void accept_atfork_child(void)
 	pend_tail = &pendings;
 	npending = npending_ws = 0;
 	closed_next = 0;   /* the parent's connections are not ours to decline */
-	atomic_store(&handshakes, 0);
+	memset(handshakes, 0, sizeof(handshakes));
 }

@@ -336,6 +336,16 @@ enum wsd_path path_of(SOCKET ws)
 }
 
 /*
+ * The reason a REFUSE or DECLINE carries for one counted why: peer-limit
+ * is ours to count, and the asker is told busy, to ask again later
+ * (wsd-protocol(7), Reason codes).
+ */
+static uint32_t wire_reason(enum wsd_reason why)
+{
+	return why == R_PEER_LIMIT ? R_BUSY : why;
+}
+
+/*
  * port: a moved refusal's (wsd-protocol(7), Servers that fork), else 0.
  * The REFUSE waits for a receive the peer may never post: REFUSE_MS at
  * most, then the close ends it (and the peer sees the end).  The
@@ -344,7 +354,7 @@ enum wsd_path path_of(SOCKET ws)
 void refuse_port(SOCKET ws, enum wsd_reason why, uint16_t port)
 {
 	struct wsd_hello h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
-			       .kind = MSG_REFUSE, .reason = why, .seg = port };
+			       .kind = MSG_REFUSE, .reason = wire_reason(why), .seg = port };
 	WSABUF b = { sizeof(h), (char *)&h };
 	WSAOVERLAPPED ov = { .hEvent = (void *)1 };
 	int64_t end = wsd_now_ms() + REFUSE_MS;
@@ -371,7 +381,8 @@ void refuse(SOCKET ws, enum wsd_reason why)
 struct wsd_chmsg decline_msg(uint64_t req, enum wsd_reason why)
 {
 	return (struct wsd_chmsg){ .h = { .magic = WSD_PROTO_MAGIC, .version = WSD_PROTO_VERSION,
-					  .kind = MSG_DECLINE, .reason = why }, .req = req };
+					  .kind = MSG_DECLINE, .reason = wire_reason(why) },
+				 .req = req };
 }
 
 /* A channel's request answered DECLINE. */

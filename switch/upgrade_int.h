@@ -30,6 +30,16 @@
  * and the connector asks again later.
  */
 #define MAX_PENDING_OPENS 4096
+/*
+ * One peer's share of each of these caps: once half of a cap is in use, a
+ * peer process that already holds a quarter of it is answered peer-limit.
+ * So no peer holds more than half, and the other half stays for the peers
+ * below their share, while a single busy peer still has half of the room.
+ * The peer is the process the kernel named at the provider connection's
+ * other end (shm), or the channel an OPEN came on; a HELLO over verbs has
+ * no process we can tell, and only the caps bound it.
+ */
+#define PEER_SHARE_OF(cap) ((cap) / 4)
 
 /*
  * What an upgrade costs the process: a new channel (measured: 9
