@@ -15,7 +15,9 @@
  * file by name (reserve()).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -25,6 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -125,28 +128,107 @@ static void read_comm(char comm[16])
 	comm[strcspn(comm, "\n")] = '\0';
 }
 
+/*
+ * The files of our own user's processes that died without their
+ * destructor (killed): removed when we make ours, a bounded number, so
+ * that /dev/shm does not fill with them between runs of wsd stat.
+ */
+#define SWEEP_MAX 64
+
+static void sweep_dead(void)
+{
+	size_t plen = strlen(WSD_STAT_PREFIX);
+	DIR *d = opendir(WSD_STAT_DIR);
+	struct dirent *de;
+	int removed = 0;
+
+	if (!d)
+		return;
+	while (removed < SWEEP_MAX && (de = readdir(d))) {
+		struct stat st;
+		char *end;
+		long pid;
+
+		if (strncmp(de->d_name, WSD_STAT_PREFIX, plen))
+			continue;
+		pid = strtol(de->d_name + plen, &end, 10);
+		if (pid <= 0 || (*end && *end != '.') || pid == wsd_pid() ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+			removed++;
+	}
+	closedir(d);
+}
+
+/*
+ * Our file, made new under path: wsd-stat.PID, or, when another user
+ * holds that name (a file planted ahead, or left by a dead process of
+ * that user that had our pid), wsd-stat.PID.RANDOM, and the holder noted
+ * in *taken (uid + 1).  A stale file of our own user under our pid is
+ * replaced.  The descriptor, or -errno.
+ */
+static int table_open(pid_t pid, uint32_t *taken)
+{
+	struct stat st;
+	int fd;
+
+	*taken = 0;
+	snprintf(path, sizeof(path), "%s/%s%d", WSD_STAT_DIR, WSD_STAT_PREFIX, (int)pid);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd >= 0 || errno != EEXIST)
+		return fd >= 0 ? fd : -errno;
+	if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) {
+		/*
+		 * Ours, and nobody writes it any more: left by an earlier
+		 * process of our user with this pid that died without its
+		 * destructor, or by this process's image before an exec.
+		 */
+		if (unlink(path) == 0 || errno == ENOENT) {
+			fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+			if (fd >= 0 || errno != EEXIST)
+				return fd >= 0 ? fd : -errno;
+		}
+	}
+	if (lstat(path, &st) == 0)
+		*taken = (uint32_t)st.st_uid + 1;
+	else
+		*taken = UINT32_MAX;   /* gone meanwhile, or unreadable: someone's */
+	for (int tries = 0; tries < 4; tries++) {
+		uint64_t r;
+
+		if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+			return -EIO;
+		snprintf(path, sizeof(path), "%s/%s%d.%016llx", WSD_STAT_DIR, WSD_STAT_PREFIX,
+			 (int)pid, (unsigned long long)r);
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd >= 0 || errno != EEXIST)
+			return fd >= 0 ? fd : -errno;
+	}
+	return -EEXIST;
+}
+
 /* Make, size and map the file, and fill its header.  Under lock. */
 static int table_create(void)
 {
 	struct wsd_stat_file *f;
 	pid_t pid = wsd_pid();
+	uint32_t taken;
 	struct stat st;
 	int fd, err;
 
-	snprintf(path, sizeof(path), "%s/%s%d", WSD_STAT_DIR, WSD_STAT_PREFIX, (int)pid);
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0 && errno == EEXIST) {
-		/*
-		 * A file under our own pid nobody writes any more: left by an
-		 * earlier process with this pid that died without its
-		 * destructor, or by this process's image before an exec.
-		 */
-		if (unlink(path) < 0 && errno != ENOENT)
-			return -errno;
-		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	static bool swept;   /* once per image: its fork children need not */
+
+	if (!swept) {
+		swept = true;
+		sweep_dead();
 	}
+	fd = table_open(pid, &taken);
 	if (fd < 0)
-		return -errno;
+		return fd;
+
 	reserved = 0;
 	if (fstat(fd, &st) < 0 || ftruncate(fd, (off_t)TABLE_LEN) < 0 ||
 	    !reserve_fd(fd, slot_end(0)))
@@ -161,6 +243,7 @@ static int table_create(void)
 	f->version = WSD_STAT_VERSION;
 	f->pid = pid;
 	f->nslots = WSD_STAT_SLOTS;
+	f->stat_taken_uid = taken;
 	read_comm(f->comm);
 	atomic_store_explicit(&f->hiwater, 0, memory_order_relaxed);
 	/* magic last: a reader that sees it sees the rest (and our mapping exists) */
@@ -214,6 +297,21 @@ void wsd_stat_refused(unsigned reason)
 		reason = WSD_STAT_REASONS - 1;
 	if (f)
 		atomic_fetch_add_explicit(&f->refused[reason], 1, memory_order_relaxed);
+}
+
+void wsd_stat_reg_taken(uint16_t port, uint32_t uid)
+{
+	struct wsd_stat_file *f;
+
+	pthread_mutex_lock(&lock);
+	if (!table && !table_failed && table_create())
+		table_failed = true;
+	f = table;
+	if (f) {
+		f->reg_taken_port = port;
+		__atomic_store_n(&f->reg_taken_uid, uid + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&lock);
 }
 
 struct wsd_stat_slot *wsd_stat_alloc(void)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What a process running the switch publishes for `wsd stat`: one file per
- * process, /dev/shm/wsd-stat.<pid>, mode 0600, holding a header and a table
+ * process, /dev/shm/wsd-stat.<pid> (or wsd-stat.<pid>.<16 hex digits> when
+ * another user holds that name), mode 0600, holding a header and a table
  * of slots, one per socket.  The process writes with relaxed atomics; a
  * reader copies a slot and trusts it when gen is even and unchanged across
  * the copy (a seqlock).  The process removes the file when it exits; a
@@ -95,7 +96,15 @@ struct wsd_stat_file {
 	uint32_t nslots;
 	char comm[16];
 	_Atomic uint32_t hiwater;   /* slots [0, hiwater) may be in use */
-	uint32_t pad[3];
+	/*
+	 * Names another user held (0: none; else its uid + 1): the file's own
+	 * (wsd-stat.PID, so the file is wsd-stat.PID.RANDOM), and the
+	 * registry's of port reg_taken_port (its listener took an alternate).
+	 */
+	uint32_t stat_taken_uid;
+	uint32_t reg_taken_uid;
+	uint16_t reg_taken_port;
+	uint16_t pad;
 	/* upgrade requests this process's registry turned down, by reason */
 	_Atomic uint64_t refused[WSD_STAT_REASONS];
 	struct wsd_stat_slot slots[];
@@ -117,6 +126,8 @@ void wsd_stat_begin(struct wsd_stat_slot *slot);
 void wsd_stat_end(struct wsd_stat_slot *slot);
 /* Count a request this process's registry turned down (enum wsd_reason). */
 void wsd_stat_refused(unsigned reason);
+/* port's registry name was held by another user (uid): shown by wsd stat. */
+void wsd_stat_reg_taken(uint16_t port, uint32_t uid);
 /* after fork, in the child: a file of its own */
 void wsd_stat_atfork_child(void);
 

@@ -210,6 +210,26 @@ static bool mapped_by(int pid, dev_t dev, ino_t ino)
 	return found;
 }
 
+/* The effective uid of process pid (/proc/PID/status), or -1 when unknown. */
+static long proc_euid(int pid)
+{
+	char name[64], *line = NULL;
+	size_t cap = 0;
+	long uid = -1;
+	FILE *f;
+
+	snprintf(name, sizeof(name), "/proc/%d/status", pid);
+	f = fopen(name, "re");
+	if (!f)
+		return -1;
+	while (getline(&line, &cap, f) > 0)
+		if (sscanf(line, "Uid: %*d %ld", &uid) == 1)
+			break;
+	free(line);
+	fclose(f);
+	return uid;
+}
+
 /* Remove a file found stale, unless it was replaced since we looked. */
 static void remove_stale(int dirfd, const char *name, const struct stat *seen)
 {
@@ -232,6 +252,8 @@ static int proc_read(int dirfd, const char *name, int pid, struct proc *p)
 	void *map;
 	int fd, ret = 0;
 
+	long uid;
+
 	if (kill(pid, 0) < 0 && errno == ESRCH) {
 		/* died without its destructor (a signal, _exit) */
 		unlinkat(dirfd, name, 0);
@@ -242,6 +264,14 @@ static int proc_read(int dirfd, const char *name, int pid, struct proc *p)
 		return errno == ENOENT ? 0 : -errno;   /* ENOENT: it exited meanwhile */
 	/* smaller than a header: a process is making it right now */
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < HDR_LEN) {
+		close(fd);
+		return 0;
+	}
+	/*
+	 * Anyone may put a file under any name here: one not made by the
+	 * process's own user (its effective uid, which made it) is not its.
+	 */
+	if ((uid = proc_euid(pid)) >= 0 && (uid_t)uid != st.st_uid) {
 		close(fd);
 		return 0;
 	}
@@ -274,6 +304,10 @@ static int proc_read(int dirfd, const char *name, int pid, struct proc *p)
 	p->pid = pid;
 	memcpy(p->comm, f->comm, sizeof(f->comm));
 	p->comm[sizeof(f->comm)] = '\0';
+	snprintf(p->file, sizeof(p->file), "%s", name);
+	p->stat_taken = f->stat_taken_uid ? (long)f->stat_taken_uid - 1 : -1;
+	p->reg_taken = f->reg_taken_uid ? (long)f->reg_taken_uid - 1 : -1;
+	p->reg_port = f->reg_taken_port;
 	for (unsigned r = 0; r < WSD_STAT_REASONS; r++)
 		p->refused[r] = atomic_load_explicit(&f->refused[r], memory_order_relaxed);
 	p->rows = calloc(hw ? hw : 1, sizeof(*p->rows));
@@ -370,6 +404,13 @@ static void print_json(const struct proc *procs, size_t nprocs)
 
 		printf("%s\n {\"pid\":%d,\"comm\":", i ? "," : "", p->pid);
 		json_str(p->comm);
+		printf(",\"file\":");
+		json_str(p->file);
+		if (p->stat_taken >= 0)
+			printf(",\"file_name_taken_by\":%ld", p->stat_taken);
+		if (p->reg_taken >= 0)
+			printf(",\"registry_name_taken\":{\"port\":%u,\"by\":%ld}", p->reg_port,
+			       p->reg_taken);
 		printf(",\"refused\":{");
 		for (unsigned r = 0, n = 0; r < WSD_STAT_REASONS; r++)
 			if (p->refused[r]) {
@@ -533,6 +574,29 @@ static void print_refused(const struct proc *procs, size_t nprocs)
 	}
 }
 
+/* After the table, only when another user held one of a process's names. */
+static void print_taken(const struct proc *procs, size_t nprocs)
+{
+	bool head = false;
+
+	for (size_t i = 0; i < nprocs; i++) {
+		const struct proc *p = &procs[i];
+
+		if (p->stat_taken < 0 && p->reg_taken < 0)
+			continue;
+		if (!head)
+			printf("\nnames another user held first:\n");
+		head = true;
+		if (p->stat_taken >= 0)
+			printf("%d %s: %s%d was uid %ld's; statistics in %s/%s\n", p->pid, p->comm,
+			       WSD_STAT_PREFIX, p->pid, p->stat_taken, WSD_STAT_DIR, p->file);
+		if (p->reg_taken >= 0)
+			printf("%d %s: the registry name of port %u was uid %ld's; it listens "
+			       "under an alternate name\n", p->pid, p->comm, p->reg_port,
+			       p->reg_taken);
+	}
+}
+
 static void print_table(const struct proc *procs, size_t nprocs)
 {
 	char cell[NCOLS][64];
@@ -561,6 +625,7 @@ static void print_table(const struct proc *procs, size_t nprocs)
 		}
 	}
 	print_refused(procs, nprocs);
+	print_taken(procs, nprocs);
 }
 
 /* A direction's mode (switch.h, DIR_*) as wsd-protocol(7) names it. */
@@ -622,7 +687,10 @@ static int usage(void)
 	return 2;
 }
 
-/* "wsd-stat.<digits>" -> pid, else 0 */
+/*
+ * "wsd-stat.<digits>", or "wsd-stat.<digits>.<16 hex digits>" (the name a
+ * process takes when another user holds the first) -> pid, else 0
+ */
 static int name_pid(const char *name)
 {
 	const char *d = name + strlen(WSD_STAT_PREFIX);
@@ -633,9 +701,11 @@ static int name_pid(const char *name)
 		return 0;
 	errno = 0;
 	v = strtol(d, &end, 10);
-	if (*end || errno || v > INT32_MAX)
+	if (errno || v > INT32_MAX)
 		return 0;
-	return (int)v;
+	if (*end == '.' && strlen(end + 1) == 16 && strspn(end + 1, "0123456789abcdef") == 16)
+		end += 17;
+	return *end ? 0 : (int)v;
 }
 
 /* The processes with statistics (only those in want[], when nwant); 0 or 1 */

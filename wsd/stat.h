@@ -43,6 +43,10 @@ struct proc {
 	int pid;
 	char comm[17];
 	uint64_t refused[WSD_STAT_NREFUSED];
+	char file[48];              /* its file's name in the folder */
+	long stat_taken;            /* uid of another user that held wsd-stat.PID, -1 none */
+	long reg_taken;             /* ...that held a registry name (reg_port's), -1 none */
+	unsigned reg_port;
 	struct row *rows;
 	size_t nrows;
 	struct chan_row *chans;
