@@ -371,6 +371,18 @@ static bool reg_open(struct wsd_sock *s)
 		reg_free(r);
 		goto out;
 	}
+	{
+		/* another user held its name: listening under an alternate (wsd stat says) */
+		int taken = -1;
+		socklen_t tl = sizeof(taken);
+
+		if (!procs.lpWSPGetSockOpt(r->ls, SOL_WSP, SO_WSP_NAME_TAKEN, &taken, &tl, &err) &&
+		    taken >= 0) {
+			wsd_debug("switch: port %u's registry name is uid %d's: an alternate taken",
+				  sa.port, taken);
+			wsd_stat_reg_taken(sa.port, (uint32_t)taken);
+		}
+	}
 	if (wsd_thread_start(acceptor, r, true)) {
 		procs.lpWSPCloseSocket(r->ls, &err);
 		reg_free(r);
