@@ -86,6 +86,14 @@ case_run() {
 		accelerated "$6" "$cport" ||
 			fail "$name: the client's connection is not on shm after $6 ms (the squatter held it back)"
 		how="shm"
+		# the server says another user held its registry's name
+		python3 - "$tmp/accel.json" "$server" "$port" <<'PY' ||
+import json, sys
+st = json.load(open(sys.argv[1]))
+p = [p for p in st["processes"] if p["pid"] == int(sys.argv[2])][0]
+assert p.get("registry_name_taken") == {"port": int(sys.argv[3]), "by": 65534}, p
+PY
+			fail "$name: wsd stat does not say that uid 65534 held the registry's name"
 	fi
 	how="$how after $(( $(now_ms) - t0 )) ms"
 	sleep 0.3   # some calls after it settled
