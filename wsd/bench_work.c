@@ -449,6 +449,44 @@ struct bytes_seen {
 	unsigned long long fast, all;   /* through the ring or RDMA; in all */
 };
 
+/*
+ * Our own statistics file: the one our switch mapped (its name is
+ * wsd-stat.PID, or an alternate one when another user held that), found
+ * in /proc/self/maps, not taken by name, where anyone may put a file.
+ * Its descriptor, or -1.
+ */
+static int own_stat_file(void)
+{
+	char want[64], *line = NULL;
+	size_t cap = 0, wl;
+	int sfd = -1;
+	FILE *m = fopen("/proc/self/maps", "re");
+
+	if (!m)
+		return -1;
+	snprintf(want, sizeof(want), WSD_STAT_DIR "/" WSD_STAT_PREFIX "%d", (int)getpid());
+	wl = strlen(want);
+	while (sfd < 0 && getline(&line, &cap, m) > 0) {
+		char *at = strstr(line, want);
+		unsigned long long ino;
+		struct stat st;
+
+		if (!at || (at[wl] != '\n' && at[wl] != '.') ||
+		    sscanf(line, "%*s %*s %*s %*s %llu", &ino) != 1)
+			continue;
+		at[strcspn(at, "\n")] = '\0';
+		sfd = open(at, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (sfd >= 0 && (fstat(sfd, &st) || st.st_ino != (ino_t)ino ||
+				 st.st_uid != geteuid())) {
+			close(sfd);
+			sfd = -1;
+		}
+	}
+	free(line);
+	fclose(m);
+	return sfd;
+}
+
 static void count_bytes(struct bytes_seen *b, int fd)
 {
 	struct sockaddr_storage me;
@@ -458,13 +496,11 @@ static void count_bytes(struct bytes_seen *b, int fd)
 	uint16_t port;
 
 	if (!b->tried) {
-		char name[64];
 		struct stat st;
 		int sfd;
 
 		b->tried = true;
-		snprintf(name, sizeof(name), WSD_STAT_DIR "/" WSD_STAT_PREFIX "%d", (int)getpid());
-		sfd = open(name, O_RDONLY | O_CLOEXEC);
+		sfd = own_stat_file();
 		if (sfd >= 0 && !fstat(sfd, &st) && (size_t)st.st_size >= sizeof(*b->f)) {
 			void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, sfd, 0);
 

@@ -260,8 +260,9 @@ static int proc_read(int dirfd, const char *name, int pid, struct proc *p)
 		return 0;
 	}
 	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	/* ENOENT: it exited meanwhile; ELOOP: a link someone put under its name */
 	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;   /* ENOENT: it exited meanwhile */
+		return errno == ENOENT || errno == ELOOP ? 0 : -errno;
 	/* smaller than a header: a process is making it right now */
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < HDR_LEN) {
 		close(fd);
