@@ -153,6 +153,83 @@ static bool same_netns(pid_t pid)
 }
 
 /*
+ * A sock_diag dump: request q (len bytes) sent, and each message of the
+ * answer, at least minlen bytes of payload, given to fn(arg, message)
+ * until the dump is done; fn returns 0 to go on, 1 to look at no more (the
+ * rest is read all the same), or -errno to fail.  0, -errno, or -1 when
+ * the kernel would not answer.
+ */
+static int diag_dump(const void *q, size_t len, size_t minlen,
+		     int (*fn)(void *arg, const struct nlmsghdr *h), void *arg)
+{
+	enum { BUF = 32768 };   /* a dump's messages come in pieces of up to this much */
+	bool done = false, stop = false;
+	int fd, ret = -1;
+	char *buf;
+
+	if (!(buf = malloc(BUF)))
+		return -ENOMEM;
+	fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (fd < 0 || send(fd, q, len, 0) != (ssize_t)len)
+		goto out;
+	while (!done) {
+		ssize_t n = recv(fd, buf, BUF, 0);
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		if (n <= 0)
+			goto out;
+		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			int r;
+
+			if (h->nlmsg_type == NLMSG_DONE) {
+				done = true;
+				break;
+			}
+			if (h->nlmsg_type == NLMSG_ERROR || h->nlmsg_len < NLMSG_LENGTH(minlen))
+				goto out;
+			if (stop)
+				continue;
+			r = fn(arg, h);
+			if (r < 0) {
+				ret = r;
+				goto out;
+			}
+			stop = r > 0;
+		}
+	}
+	ret = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return ret;
+}
+
+struct diag_ctx {
+	int family;
+	const struct shm_owner *o;
+	struct inodes *listen, *conn;
+};
+
+static int diag_one(void *arg, const struct nlmsghdr *h)
+{
+	const struct diag_ctx *c = arg;
+	const struct inet_diag_msg *m = NLMSG_DATA(h);
+	uint8_t a[16];
+
+	if (ntohs(m->id.idiag_sport) != c->o->port)
+		return 0;   /* the filter is the kernel's: looked at again */
+	if (c->family == AF_INET) {
+		memcpy(a, v4mapped, 12);
+		memcpy(a + 12, m->id.idiag_src, 4);
+	} else {
+		memcpy(a, m->id.idiag_src, 16);
+	}
+	return sort_in(m->idiag_state, a, m->idiag_inode, c->o, c->listen, c->conn) < 0 ?
+		       -ENOMEM : 0;
+}
+
+/*
  * collect() by sock_diag, in our namespace: TCP sockets of family whose
  * local port is o->port, in the states of the mask.  0, or -1 when the
  * kernel would not answer (the caller reads /proc instead).
@@ -175,58 +252,11 @@ static int collect_diag_family(int family, const struct shm_owner *o, uint32_t s
 		.op = { { INET_DIAG_BC_S_EQ, sizeof(q.op), sizeof(q.op) + 4 },
 			{ 0, 0, (unsigned short)o->port } },
 	};
-	enum { BUF = 32768 };   /* a dump's messages come in pieces of up to this much */
-	char *buf;
-	int fd, ret = -1;
-	bool done = false;
+	struct diag_ctx c = { family, o, listen, conn };
 
 	_Static_assert(sizeof(q) == NLMSG_HDRLEN + sizeof(struct inet_diag_req_v2) + NLA_HDRLEN +
 				       2 * sizeof(struct inet_diag_bc_op), "sock_diag request layout");
-	if (!(buf = malloc(BUF)))
-		return -ENOMEM;
-	fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (fd < 0) {
-		free(buf);
-		return -1;
-	}
-	if (send(fd, &q, sizeof(q), 0) != (ssize_t)sizeof(q))
-		goto out;
-	while (!done) {
-		ssize_t n = recv(fd, buf, BUF, 0);
-		struct nlmsghdr *h = (struct nlmsghdr *)buf;
-
-		if (n <= 0)
-			goto out;
-		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
-			const struct inet_diag_msg *m = NLMSG_DATA(h);
-			uint8_t a[16];
-
-			if (h->nlmsg_type == NLMSG_DONE) {
-				done = true;
-				break;
-			}
-			if (h->nlmsg_type == NLMSG_ERROR ||
-			    h->nlmsg_len < NLMSG_LENGTH(sizeof(*m)))
-				goto out;
-			if (ntohs(m->id.idiag_sport) != o->port)
-				continue;   /* the filter is the kernel's: looked at again */
-			if (family == AF_INET) {
-				memcpy(a, v4mapped, 12);
-				memcpy(a + 12, m->id.idiag_src, 4);
-			} else {
-				memcpy(a, m->id.idiag_src, 16);
-			}
-			if (sort_in(m->idiag_state, a, m->idiag_inode, o, listen, conn) < 0) {
-				ret = -ENOMEM;
-				goto out;
-			}
-		}
-	}
-	ret = 0;
-out:
-	close(fd);
-	free(buf);
-	return ret;
+	return diag_dump(&q, sizeof(q), sizeof(struct inet_diag_msg), diag_one, &c);
 }
 
 /*
@@ -365,6 +395,37 @@ int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o)
  * or -1 when the kernel does not say, inode); fn returns nonzero to stop.
  * 0, or -1 when the kernel would not answer.
  */
+struct unix_ctx {
+	int (*fn)(void *arg, const char *name, size_t len, long uid);
+	void *arg;
+};
+
+static int unix_one(void *arg, const struct nlmsghdr *h)
+{
+	const struct unix_ctx *c = arg;
+	const struct unix_diag_msg *m = NLMSG_DATA(h);
+	int alen = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
+	const struct rtattr *a;
+	const char *name = NULL;
+	size_t nlen = 0;
+	long uid = -1;
+
+	for (a = (const struct rtattr *)(m + 1); RTA_OK(a, alen); a = RTA_NEXT(a, alen)) {
+		if (a->rta_type == UNIX_DIAG_NAME) {
+			name = RTA_DATA(a);
+			nlen = RTA_PAYLOAD(a);
+		} else if (a->rta_type == UNIX_DIAG_UID && RTA_PAYLOAD(a) >= sizeof(uint32_t)) {
+			uint32_t u;
+
+			memcpy(&u, RTA_DATA(a), sizeof(u));
+			uid = (long)u;
+		}
+	}
+	if (name && nlen > 1 && name[0] == 0)
+		return c->fn(c->arg, name + 1, nlen - 1, uid) != 0;
+	return 0;
+}
+
 static int unix_names(uint32_t states,
 		      int (*fn)(void *arg, const char *name, size_t len, long uid), void *arg)
 {
@@ -377,62 +438,9 @@ static int unix_names(uint32_t states,
 		.r = { .sdiag_family = AF_UNIX, .udiag_states = states,
 		       .udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_UID },
 	};
-	enum { BUF = 32768 };
-	char *buf;
-	int fd, ret = -1;
-	bool done = false, stop = false;
+	struct unix_ctx c = { fn, arg };
 
-	if (!(buf = malloc(BUF)))
-		return -1;
-	fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (fd < 0 || send(fd, &q, sizeof(q), 0) != (ssize_t)sizeof(q))
-		goto out;
-	while (!done) {
-		ssize_t n = recv(fd, buf, BUF, 0);
-		struct nlmsghdr *h = (struct nlmsghdr *)buf;
-
-		if (n <= 0)
-			goto out;
-		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
-			const struct unix_diag_msg *m = NLMSG_DATA(h);
-			const struct rtattr *a;
-			const char *name = NULL;
-			size_t nlen = 0;
-			long uid = -1;
-			int alen;
-
-			if (h->nlmsg_type == NLMSG_DONE) {
-				done = true;
-				break;
-			}
-			if (h->nlmsg_type == NLMSG_ERROR ||
-			    h->nlmsg_len < NLMSG_LENGTH(sizeof(*m)))
-				goto out;
-			if (stop)
-				continue;   /* the rest of the dump is read, not looked at */
-			alen = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
-			for (a = (const struct rtattr *)(m + 1); RTA_OK(a, alen); a = RTA_NEXT(a, alen)) {
-				if (a->rta_type == UNIX_DIAG_NAME) {
-					name = RTA_DATA(a);
-					nlen = RTA_PAYLOAD(a);
-				} else if (a->rta_type == UNIX_DIAG_UID &&
-					   RTA_PAYLOAD(a) >= sizeof(uint32_t)) {
-					uint32_t u;
-
-					memcpy(&u, RTA_DATA(a), sizeof(u));
-					uid = (long)u;
-				}
-			}
-			if (name && nlen > 1 && name[0] == 0)
-				stop = fn(arg, name + 1, nlen - 1, uid) != 0;
-		}
-	}
-	ret = 0;
-out:
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return ret;
+	return diag_dump(&q, sizeof(q), sizeof(struct unix_diag_msg), unix_one, &c) ? -1 : 0;
 }
 
 struct holder {
