@@ -47,9 +47,12 @@ int shm_wait_readable(int fd, int timeout_ms)
 	bool away = timeout_ms != 0 && wsd_threads_away();   /* a fork need not wait for it */
 	int ret;
 
-	do {
-		ret = poll(&p, 1, timeout_ms);
-	} while (ret < 0 && errno == EINTR);
+	int64_t end = timeout_ms > 0 ? wsd_now_ms() + timeout_ms : 0;
+
+	/* a signal does not start the deadline again */
+	while ((ret = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
+		if (timeout_ms > 0 && (timeout_ms = (int)(end - wsd_now_ms())) <= 0)
+			timeout_ms = 0;
 	wsd_threads_back(away);
 	if (ret < 0)
 		return -errno;
