@@ -43,9 +43,10 @@ struct job { struct job *next; struct wsd_sock *s; struct probe_job probe;
 /*
  * A peer address whose registry did not answer in time (a squatter that
  * never accepts, a silent process on the name): the jobs to it for the
- * next SLOW_MS fail at once (timeout), not each after its own deadline.
+ * next SLOW_MS fail at once (timeout, and ask again later as a busy peer
+ * is), not each after its own deadline.
  */
-#define SLOW_MS 30000
+#define SLOW_MS 1000
 #define SLOW_PEERS 16
 static struct { struct wsd_stat_addr key; int64_t until_ms; } slow[SLOW_PEERS];
 
@@ -112,8 +113,13 @@ void connect_fail(struct wsd_sock *s, enum wsd_reason why)
 		atomic_store(&s->upgrade_state, UP_FAILED);
 		return;
 	}
-	if ((why == R_BUSY || why == R_SHARED) && s->busy_tries < BUSY_TRIES) {
-		/* the peer had too much in hand: its next data call after the pause asks again */
+	if ((why == R_BUSY || why == R_SHARED || why == R_TIMEOUT) && s->busy_tries < BUSY_TRIES) {
+		/*
+		 * The peer had too much in hand, or did not answer in time (a
+		 * registry whose process was exiting, a daemon's, whose child
+		 * opens its own a moment later): its next data call after the
+		 * pause asks again.
+		 */
 		s->retry_ns = coarse_ns() + (BUSY_RETRY_NS << s->busy_tries++);
 		s->shared_asked |= why == R_SHARED;
 		atomic_store(&s->upgrade_state, UP_NONE);
@@ -466,7 +472,8 @@ static void *worker(void *arg)
 			pthread_cond_wait(&jobs_cv, &up_lock);
 		idle--;
 		wsd_threads_work();
-		late = slow_peer(&j->key);
+		/* (a connection asking again is let through: its own pause came first) */
+		late = (!j->s || !j->s->busy_tries) && slow_peer(&j->key);
 		pthread_mutex_unlock(&up_lock);
 		if (!j->s) {
 			why = late ? R_TIMEOUT : client_channel(&j->probe);

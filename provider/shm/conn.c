@@ -293,7 +293,10 @@ static nd_status setup_status(int err)
 {
 	switch (err) {
 	case -EACCES: return ND_ACCESS_DENIED;
-	case -ETIMEDOUT: return ND_TIMEOUT;
+	case -ETIMEDOUT:
+	case -ECONNRESET:   /* the registry's process went away mid-proof (it exits) */
+	case -EPIPE:
+		return ND_TIMEOUT;
 	case -EPROTO: return ND_CONNECTION_ABORTED;
 	default: return ND_CONNECTION_REFUSED;
 	}
@@ -309,7 +312,7 @@ static nd_status setup_status(int err)
  * caller's deadline.
  */
 #define SHM_BUSY_MS 100
-#define SHM_NAME_MS 2000
+#define SHM_NAME_MS 5000
 #define SHM_ALT_MAX 4      /* alternate names tried (wsd-protocol(7)) */
 
 static int64_t sooner(int64_t deadline, int64_t t)
