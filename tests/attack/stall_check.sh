@@ -21,48 +21,46 @@ start_server
 "$stall" forks >"$tmp/base.out" 2>&1 || fail "the baseline forks failed"
 base=$(sed -n 's/^forks: p50 \([0-9]*\) us.*/\1/p' "$tmp/base.out")
 
-"$wsd" run -- "$stall" victim "$sport" "$port" >"$tmp/victim.out" 2>"$tmp/victim.err" &
-v=$!
-pids="$pids $v"
-wait_exit "$v" 20000 || fail "the victim hung"
-wait "$v" || fail "the victim saw a wrong answer or none"
-line=$(cat "$tmp/victim.out")
+# victim NAME [ENV...] -- ARGS: stall ARGS under wsd run (with ENV), ended
+# within 20 s and exit 0; its line of output in $line
+victim() {
+	vname=$1
+	shift
+	env "$@" >"$tmp/$vname.out" 2>"$tmp/$vname.err" &
+	v=$!
+	pids="$pids $v"
+	wait_exit "$v" 20000 || fail "$vname: the victim hung"
+	wait "$v" || fail "$vname: a wrong answer or none"
+	line=$(cat "$tmp/$vname.out")
+}
+# forks_fast WHAT: $line's median fork at most 1 ms above a plain one, and
+# none 100 ms (a loaded machine may hold one back; a wait for an upgrade
+# is 200 ms to seconds)
+forks_fast() {
+	p50=$(echo "$line" | sed -n 's/.*fork p50 \([0-9]*\) us.*/\1/p')
+	max=$(echo "$line" | sed -n 's/.* max \([0-9]*\) us.*/\1/p')
+	[ "$p50" -le $((base + 1000)) ] || fail "$1: p50 $p50 us, without wsd $base us"
+	[ "$max" -le 100000 ] || fail "$1: max $max us"
+}
+
+victim victim "$wsd" run -- "$stall" victim "$sport" "$port"
 echo "$line (a fork without wsd: p50 $base us)"
 case $line in
 *"server on shm"*) ;;
 *) fail "the victim's connection to an honest server stayed on TCP behind the squatter" ;;
 esac
-p50=$(echo "$line" | sed -n 's/.*fork p50 \([0-9]*\) us.*/\1/p')
-max=$(echo "$line" | sed -n 's/.* max \([0-9]*\) us.*/\1/p')
-[ "$p50" -le $((base + 1000)) ] ||
-	fail "a fork waited for the upgrade in hand: p50 $p50 us, without wsd $base us"
-# a loaded machine may hold one fork back; a wait for the upgrade is 200 ms to seconds
-[ "$max" -le 100000 ] || fail "a fork waited for the upgrade in hand: max $max us"
+forks_fast "a fork waited for the upgrade in hand"
 
-"$wsd" run -- "$stall" quick "$port" >"$tmp/quick.out" 2>"$tmp/quick.err" &
-v=$!
-pids="$pids $v"
-wait_exit "$v" 20000 || fail "the quick victim hung"
-wait "$v" || fail "the quick victim saw a wrong answer or none"
-line=$(cat "$tmp/quick.out")
+victim quick "$wsd" run -- "$stall" quick "$port"
 echo "$line (no attacker)"
-p50=$(echo "$line" | sed -n 's/.*fork p50 \([0-9]*\) us.*/\1/p')
-max=$(echo "$line" | sed -n 's/.* max \([0-9]*\) us.*/\1/p')
-[ "$p50" -le $((base + 1000)) ] || fail "forks after a short connection: p50 $p50 us"
-[ "$max" -le 100000 ] || fail "a fork after a short connection waited: max $max us"
+forks_fast "a fork after a short connection waited"
 
 # a fork while a handshake runs (its HELLO held back 400 ms by the test
 # build's fault point): the fork does not wait for it, and the parent's
 # copy goes back to the stream when the handshake ends
 lib=${top_builddir:-.}/tests/fault/.libs/libwsd_fault.so
 [ -f "$lib" ] || fail "no $lib (make check builds it)"
-WSD_LIB=$lib WSD_FAULT=hello-delay=400 "$wsd" run -- "$stall" forkmid "$port" \
-	>"$tmp/forkmid.out" 2>"$tmp/forkmid.err" &
-v=$!
-pids="$pids $v"
-wait_exit "$v" 20000 || fail "the forking victim hung"
-wait "$v" || fail "a fork in the middle of a handshake: a wrong answer or none"
-line=$(cat "$tmp/forkmid.out")
+victim forkmid WSD_LIB="$lib" WSD_FAULT=hello-delay=400 "$wsd" run -- "$stall" forkmid "$port"
 echo "$line"
 us=$(echo "$line" | sed -n 's/^forkmid: fork \([0-9]*\) us.*/\1/p')
 [ "$us" -le 100000 ] || fail "the fork waited for the handshake: $us us"
