@@ -116,6 +116,12 @@ nd_status nd_adapter_open(const char *transport, struct nd_adapter **adapter)
 	return ND_SUCCESS;
 }
 
+void nd_adapter_background(struct nd_adapter *ad)
+{
+	for (unsigned i = 0; i < ad->ntp; i++)
+		ad->tp[i]->background(ad->tpriv[i]);
+}
+
 nd_status nd_adapter_close(struct nd_adapter *ad)
 {
 	if (!ad)
@@ -396,7 +402,7 @@ static int listen_get(struct nd_listener *l, int timeout_ms, struct nd_conn_requ
 			p[n].events = POLLIN;
 			idx[n++] = i;
 		}
-		r = poll(p, n, left);
+		r = wsd_wait_fds(p, n, left);
 		if (r < 0 && errno != EINTR)
 			return -errno;
 		if (r == 0)

@@ -257,8 +257,11 @@ nd_status nd_cq_wait(struct nd_cq *cq, int timeout_ms)
 			continue;
 		}
 		pthread_mutex_unlock(&cq->ad->lock);
+		bool away = wsd_threads_away();   /* blocks: a fork need not wait for it */
+
 		ret = wsd_engine_wait_fd(&cq->engine, cq->epfd,
 					 deadline == INT64_MAX ? -1 : deadline - t);
+		wsd_threads_back(away);
 		(void)eventfd_read(cq->efd, &junk);
 		pthread_mutex_lock(&cq->ad->lock);
 		atomic_store(&cq->sleeping, 0);

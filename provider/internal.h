@@ -162,6 +162,12 @@ struct nd_transport {
 	/* device: fill caps from the device; -ENODEV when there is none */
 	int (*adapter_open)(void **priv, struct nd_adapter_info *caps);
 	void (*adapter_close)(void *priv);
+	/*
+	 * Set-up that may take milliseconds, begun once the adapter is open,
+	 * on the thread nd_adapter_background is called on (the SPI's own);
+	 * a transport that needs it before then does it itself.
+	 */
+	void (*background)(void *priv);
 	/* memory: per-transport state of a region or window (may stay NULL) */
 	int (*mr_register)(void *adpriv, struct nd_mr *mr, void **priv);
 	void (*mr_deregister)(void *priv);
@@ -219,6 +225,9 @@ WSD_HIDDEN int wsd_tp_not_taken(void *priv);
 WSD_HIDDEN nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len,
 				      uint64_t token, uint32_t access);
 
+
+/* core.c: each transport's background set-up (above), on the caller's thread. */
+WSD_HIDDEN void nd_adapter_background(struct nd_adapter *ad);
 
 WSD_HIDDEN extern const struct nd_transport wsd_transport_shm;
 WSD_HIDDEN extern const struct nd_transport wsd_transport_verbs;

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
+#include <sys/syscall.h>
 
 #include "provider/internal.h"
 
@@ -176,4 +179,30 @@ void wsd_threads_back(bool away)
 {
 	if (away)
 		wsd_threads_work();
+}
+
+/* ms left to end (0 when past), or -1 (no end) */
+static int wait_left(int64_t end)
+{
+	int64_t left = end - wsd_now_ms();
+
+	return end < 0 ? -1 : left > 0 ? (int)left : 0;
+}
+
+int wsd_wait_fds(struct pollfd *p, unsigned n, int timeout_ms)
+{
+	int64_t end = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
+	bool away = timeout_ms != 0 && wsd_threads_away();
+	long r;
+
+	for (;;) {
+		int ms = wait_left(end);
+		struct timespec ts = { ms / 1000, ms % 1000 * 1000000L };
+
+		r = syscall(SYS_ppoll, p, (unsigned long)n, ms < 0 ? NULL : &ts, NULL, 8);
+		if (r >= 0 || errno != EINTR)
+			break;
+	}
+	wsd_threads_back(away);
+	return (int)r;
 }

@@ -37,11 +37,12 @@ WSD_PRIVATE int64_t wsd_spin_ns(void);
 WSD_PRIVATE void wsd_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
- * The library's own threads at work (counted from their creation until
- * their first wait, then for each unit of work).  fork waits for 0 before
- * it goes on: an allocator without fork handling (the sanitizers') would
- * otherwise leave the child a lock one of them held, and the child's first
- * allocation of that size waits for ever.
+ * The library's own threads at work (counted from the moment they run,
+ * except while they wait).  fork waits for 0 before it goes on: an
+ * allocator without fork handling (the sanitizers') would otherwise leave
+ * the child a lock one of them held, and the child's first allocation of
+ * that size waits for ever.  So a thread rests only where it blocks, not
+ * before a call that may allocate on its way to blocking.
  *
  * wsd_threads_hold, the last thing before fork, holds each thread that
  * wakes at its next wsd_threads_work and waits up to ms for the others to
@@ -64,6 +65,13 @@ WSD_PRIVATE void wsd_threads_rest(void);
  */
 WSD_PRIVATE bool wsd_threads_away(void);
 WSD_PRIVATE void wsd_threads_back(bool away);
+/*
+ * The library's poll of its own descriptors, away (above) while it
+ * blocks: straight to the kernel (not through the switch's poll, which may
+ * allocate), restarted after a signal for the time left.  As poll returns.
+ */
+struct pollfd;
+WSD_PRIVATE int wsd_wait_fds(struct pollfd *p, unsigned n, int timeout_ms);
 
 /*
  * engine.c: the provider's own io_urings (provider/engine.h).  The switch

@@ -64,6 +64,18 @@ static unsigned closed_next;
 /* pend_lock: the take_hello threads running, and the process each is with (0: not known) */
 static struct { bool used; uint32_t peer; } handshakes[MAX_HANDSHAKES];
 pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
+/*
+ * pend_lock: the handshakes handed to a thread that waits for one, and
+ * how many such threads are not yet given one.  A thread that ended its
+ * handshake waits HANDSHAKE_LINGER_MS for the next before it ends: a
+ * thread per request would start and end near the program's forks, and a
+ * sanitizer's allocator left locked by a thread ending across a fork
+ * hangs the child (a fork holds only threads at work, not their ends).
+ */
+#define HANDSHAKE_LINGER_MS 30000
+static struct handshake *hs_queue;
+static int hs_unclaimed;
+static pthread_cond_t hs_cv;
 
 /* The accepted connection a connect request names, held, or NULL. */
 struct find { const struct wsd_tuple *t; struct wsd_sock *found; };
@@ -476,11 +488,22 @@ void wsd_upgrade_on_open(struct wsd_chan *ch, const struct wsd_chmsg *m)
 }
 
 struct handshake {
+	struct handshake *next;      /* in hs_queue */
 	SOCKET ws;
 	struct wsd_tuple t;
 	int place;                   /* in handshakes[] */
 	uint32_t peer;
 };
+
+__attribute__((constructor)) static void hs_cv_init(void)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&hs_cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
 
 static void handshake_end(int place)
 {
@@ -489,14 +512,56 @@ static void handshake_end(int place)
 	pthread_mutex_unlock(&pend_lock);
 }
 
+/* pend_lock held: the next handshake handed over, or NULL after the linger. */
+static struct handshake *hs_next(void)
+{
+	struct timespec until;
+	struct handshake *hs;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += HANDSHAKE_LINGER_MS / 1000;
+	hs_unclaimed++;
+	while (!hs_queue && pthread_cond_timedwait(&hs_cv, &pend_lock, &until) != ETIMEDOUT)
+		;
+	if ((hs = hs_queue))
+		hs_queue = hs->next;   /* its giver counted it out of hs_unclaimed */
+	else
+		hs_unclaimed--;
+	return hs;
+}
+
 static void *handshake_main(void *arg)
 {
 	struct handshake *hs = arg;
 
-	take_hello(hs->ws, &hs->t, hs->peer);
-	handshake_end(hs->place);
-	free(hs);
+	while (hs) {
+		take_hello(hs->ws, &hs->t, hs->peer);
+		handshake_end(hs->place);
+		free(hs);
+		pthread_mutex_lock(&pend_lock);
+		wsd_threads_rest();   /* waiting (wsd_threads_hold) */
+		hs = hs_next();
+		pthread_mutex_unlock(&pend_lock);
+		if (hs)
+			wsd_threads_work();
+	}
 	return NULL;
+}
+
+/* To a thread that waits for one, or a new thread; false when neither. */
+static bool hs_give(struct handshake *hs)
+{
+	pthread_mutex_lock(&pend_lock);
+	if (hs_unclaimed > 0) {
+		hs_unclaimed--;
+		hs->next = hs_queue;
+		hs_queue = hs;
+		pthread_cond_signal(&hs_cv);
+		pthread_mutex_unlock(&pend_lock);
+		return true;
+	}
+	pthread_mutex_unlock(&pend_lock);
+	return wsd_thread_start(handshake_main, hs) == 0;
 }
 
 /*
@@ -554,7 +619,7 @@ void accept_handshake(SOCKET ws, const struct wsd_tuple *t)
 		hs->t = *t;
 		hs->place = place;
 		hs->peer = peer;
-		if (wsd_thread_start(handshake_main, hs, false) == 0)
+		if (hs_give(hs))
 			return;
 		why = R_BUSY;
 	}
@@ -802,4 +867,7 @@ void accept_atfork_child(void)
 	npending = npending_ws = 0;
 	closed_next = 0;   /* the parent's connections are not ours to decline */
 	memset(handshakes, 0, sizeof(handshakes));
+	hs_queue = NULL;   /* the parent's threads', not ours */
+	hs_unclaimed = 0;
+	hs_cv_init();
 }

@@ -302,7 +302,7 @@ static int start_thread(void)
 		return 0;
 	if (!port && wsd_port_create(&port))
 		return -ENOMEM;
-	thread_up = wsd_thread_start(chan_main, NULL, true) == 0;
+	thread_up = wsd_thread_start(chan_main, NULL) == 0;
 	return thread_up ? 0 : -EAGAIN;
 }
 

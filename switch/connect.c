@@ -507,7 +507,7 @@ static bool start_worker(void)
 {
 	if (idle > 0 && worker_up)
 		return true;
-	if (workers < MAX_WORKERS && wsd_thread_start(worker, NULL, true) == 0) {
+	if (workers < MAX_WORKERS && wsd_thread_start(worker, NULL) == 0) {
 		workers++;
 		worker_up = true;
 	}

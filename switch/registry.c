@@ -64,7 +64,6 @@ struct reg {
 struct acceptor_req {
 	uint16_t port;               /* the registry's */
 	struct wsd_tuple t;
-	bool working;                /* counted busy (wsd_threads_work) since the request came */
 };
 
 static struct reg *regs;
@@ -168,11 +167,6 @@ static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *
 {
 	struct acceptor_req *a = (struct acceptor_req *)arg;
 
-	if (!a->working) {
-		wsd_threads_work();
-		a->working = true;
-	}
-
 	(void)caller_id; (void)sqos; (void)gqos; (void)callee_id; (void)g;
 	const char *why;
 
@@ -248,11 +242,8 @@ static void *acceptor(void *arg)
 		SOCKET ws;
 		int64_t closed;
 
-		wsd_threads_rest();   /* waiting (wsd_threads_hold) */
-		a.working = false;
+		/* counted: the provider rests where it blocks, not before it allocates */
 		ws = procs.lpWSPAccept(r->ls, NULL, NULL, on_request, (uintptr_t)&a, &err);
-		if (!a.working)
-			wsd_threads_work();
 		count_refused(r);
 		closed = atomic_load(&r->closed_at);
 
@@ -383,7 +374,7 @@ static bool reg_open(struct wsd_sock *s)
 			wsd_stat_reg_taken(sa.port, (uint32_t)taken);
 		}
 	}
-	if (wsd_thread_start(acceptor, r, true)) {
+	if (wsd_thread_start(acceptor, r)) {
 		procs.lpWSPCloseSocket(r->ls, &err);
 		reg_free(r);
 	} else {
@@ -443,7 +434,7 @@ static uint16_t side_open(struct wsd_sock *l)
 		goto fail;
 	}
 	pthread_mutex_lock(&up_lock);
-	if (wsd_thread_start(acceptor, r, true)) {
+	if (wsd_thread_start(acceptor, r)) {
 		pthread_mutex_unlock(&up_lock);
 		procs.lpWSPCloseSocket(r->ls, &err);
 		goto fail;

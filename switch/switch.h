@@ -615,11 +615,10 @@ void wsd_upgrade_atfork_child(void);
 
 /*
  * A detached thread of the switch's own running fn(arg); 0 or -EAGAIN.
- * waits: it counts as busy (wsd_threads_busy) from the moment it runs
- * until its first wait, where it subtracts itself, as the switch's
- * long-lived threads do.
+ * It counts as busy (wsd_threads_busy) from the moment it runs, except
+ * while it waits (wsd_threads_rest, wsd_threads_away), and not after fn.
  */
-int wsd_thread_start(void *(*fn)(void *), void *arg, bool waits);
+int wsd_thread_start(void *(*fn)(void *), void *arg);
 
 /* The path an fd's connection takes: "tcp", "shm", "verbs", or NULL for no
  * socket of ours.  Exported for tests and tools (libwsd(7)). */

@@ -160,32 +160,34 @@ struct thread_start { void *(*fn)(void *); void *arg; };
  * A new thread is counted busy once it runs, not from its creation: a
  * fork does not wait for a thread the scheduler has not started yet (on a
  * loaded machine, for a long time), and one that starts during a fork
- * waits for its end first (wsd_threads_work).
+ * waits for its end first (wsd_threads_work).  Counted before anything
+ * else (free may take the allocator's lock), and no longer once fn ends.
  */
 static void *counted_start(void *p)
 {
 	struct thread_start t = *(struct thread_start *)p;
+	void *r;
 
-	free(p);
 	wsd_threads_work();
-	return t.fn(t.arg);
+	free(p);
+	r = t.fn(t.arg);
+	(void)wsd_threads_away();   /* unless fn rested last */
+	return r;
 }
 
-int wsd_thread_start(void *(*fn)(void *), void *arg, bool waits)
+int wsd_thread_start(void *(*fn)(void *), void *arg)
 {
-	struct thread_start *t = NULL;
+	struct thread_start *t = malloc(sizeof(*t));
 	pthread_attr_t at;
 	pthread_t th;
 	int r;
 
-	if (waits) {
-		if (!(t = malloc(sizeof(*t))))
-			return -EAGAIN;
-		*t = (struct thread_start){ fn, arg };
-	}
+	if (!t)
+		return -EAGAIN;
+	*t = (struct thread_start){ fn, arg };
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	r = waits ? pthread_create(&th, &at, counted_start, t) : pthread_create(&th, &at, fn, arg);
+	r = pthread_create(&th, &at, counted_start, t);
 	if (r)
 		free(t);
 	pthread_attr_destroy(&at);

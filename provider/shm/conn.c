@@ -39,36 +39,39 @@ static _Atomic uint32_t features;
  * barrier on every CPU running a registered process, so producers on the
  * hot path can skip their own fence.  Both sides must be registered.
  * Registering waits for a grace period of the kernel's (14 ms measured on
- * the development machine), so it is done on a thread of its own: a
- * connection made before it is done offers no membarrier, and both its
- * sides fence as they would without one.
+ * the development machine), so the SPI begins it on its completion thread
+ * (background_op), counted busy as it is (a fork waits for it, and no
+ * thread of ours ends or starts near a fork for it): a connection made
+ * before it is done offers no membarrier, and both its sides fence as
+ * they would without one.  Without the SPI, the first to ask registers.
  */
-static void *features_main(void *arg)
+static _Atomic bool features_begun;
+
+static void features_register(void)
 {
 	long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
 
-	(void)arg;
 	if (q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
 	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0)
 		atomic_fetch_or(&features, SHM_FEAT_MEMBARRIER);
-	return NULL;
 }
 
-static void features_start(void)
+static void features_begin(void)
 {
-	pthread_attr_t at;
-	pthread_t t;
+	atomic_store(&features_begun, true);
+	pthread_once(&features_once, features_register);
+}
 
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &at, features_main, NULL))
-		features_main(NULL);   /* no thread: here, then */
-	pthread_attr_destroy(&at);
+static void background_op(void *priv)
+{
+	(void)priv;
+	features_begin();
 }
 
 uint32_t shm_features(void)
 {
-	pthread_once(&features_once, features_start);
+	if (!atomic_load(&features_begun))
+		features_begin();
 	return atomic_load(&features);
 }
 
@@ -586,8 +589,6 @@ static int adapter_open_op(void **priv, struct nd_adapter_info *caps)
 	*priv = NULL;
 	*caps = shm_caps;
 	caps->max_windows = shm_windows_param();
-	/* the membarrier registration takes milliseconds: begun here, in the background */
-	shm_features();
 	return 0;
 }
 
@@ -613,6 +614,7 @@ const struct nd_transport wsd_transport_shm = {
 	.name = "shm",
 	.adapter_open = adapter_open_op,
 	.adapter_close = wsd_tp_none_free,
+	.background = background_op,
 	.mr_register = wsd_tp_none_mr,
 	.mr_deregister = wsd_tp_none_free,
 	.mw_create = wsd_tp_none,

@@ -44,16 +44,8 @@ int shm_send_ctl(int sock, const struct shm_ctl *m, const int *fds, int nfds)
 int shm_wait_readable(int fd, int timeout_ms)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
-	bool away = timeout_ms != 0 && wsd_threads_away();   /* a fork need not wait for it */
-	int ret;
+	int ret = wsd_wait_fds(&p, 1, timeout_ms);   /* a signal does not start it again */
 
-	int64_t end = timeout_ms > 0 ? wsd_now_ms() + timeout_ms : 0;
-
-	/* a signal does not start the deadline again */
-	while ((ret = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
-		if (timeout_ms > 0 && (timeout_ms = (int)(end - wsd_now_ms())) <= 0)
-			timeout_ms = 0;
-	wsd_threads_back(away);
 	if (ret < 0)
 		return -errno;
 	return ret ? 0 : -ETIMEDOUT;

@@ -467,7 +467,14 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 			i++;
 		}
 		wait = shm_remaining(first);
+		/*
+		 * through the switch's epoll, which keeps the set (epoll_ctl
+		 * above went there too): away only while it may block
+		 */
+		bool away = wait != 0 && wsd_threads_away();
+
 		n = epoll_wait(sl->epfd, ev, PENDING_MAX + 1, wait);
+		wsd_threads_back(away);
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		bool take = false;

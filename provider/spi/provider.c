@@ -427,7 +427,14 @@ void wsp_wait_step(struct wsp_provider *pv, int64_t spin_end)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000;
 	}
+	bool away = wsd_threads_away();   /* blocks: a fork need not wait for it */
+
 	pthread_cond_timedwait(&pv->cond, &pv->lock, &ts);
+	if (away) {   /* held by a fork meanwhile: not with the lock */
+		pthread_mutex_unlock(&pv->lock);
+		wsd_threads_back(away);
+		pthread_mutex_lock(&pv->lock);
+	}
 }
 
 /*
@@ -587,6 +594,7 @@ static void *completion_thread(void *arg)
 	eventfd_t junk;
 	bool timed_out = false;
 
+	nd_adapter_background(pv->ad);   /* counted busy, from before its creation */
 	pthread_mutex_lock(&pv->lock);
 	while (!pv->down) {
 		unsigned n = snapshot(pv, &socks, &cap);

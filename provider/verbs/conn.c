@@ -265,7 +265,7 @@ static int next_event(struct rdma_event_channel *ch, int64_t deadline,
 			return -errno;
 		if (deadline >= 0 && left <= 0)
 			return -ETIMEDOUT;
-		r = poll(&p, 1, left);
+		r = wsd_wait_fds(&p, 1, left);
 		if (r < 0 && errno != EINTR)
 			return -errno;
 	}
@@ -769,6 +769,7 @@ const struct nd_transport wsd_transport_verbs = {
 	.name = "verbs",
 	.adapter_open = adapter_open_op,
 	.adapter_close = adapter_close_op,
+	.background = wsd_tp_none_free,    /* nothing slow to begin */
 	.mr_register = mr_register_op,
 	.mr_deregister = mr_deregister_op,
 	.mw_create = mw_create_op,
