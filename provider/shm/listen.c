@@ -224,7 +224,11 @@ static void pending_remove(struct shm_listener *sl, int i)
 
 static void pending_drop(struct shm_listener *sl, int i)
 {
-	/* closing the socket takes it out of the epoll set */
+	/*
+	 * out of the epoll set first: a fork child's copy of the socket
+	 * would keep it there after close, ready for ever (a spinning loop)
+	 */
+	epoll_ctl(sl->epfd, EPOLL_CTL_DEL, sl->p[i]->sock, NULL);
 	close(sl->p[i]->sock);
 	pending_remove(sl, i);
 }

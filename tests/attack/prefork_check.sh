@@ -28,6 +28,17 @@ ticks() {   # PID: its user and system time so far, in clock ticks
 	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
+# hot_threads PID: each thread's CPU ticks and where it is now (to find a spin)
+hot_threads() {
+	for t in /proc/$1/task/*; do
+		echo "thread ${t##*/}: $(ticks "$1/task/${t##*/}") ticks," \
+			"syscall $(cut -d' ' -f1 "$t/syscall" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null)"
+	done
+	if command -v gdb >/dev/null; then
+		timeout 20 gdb -p "$1" -batch -ex "thread apply all bt 16" 2>/dev/null | grep -E '^#|^Thread'
+	fi
+}
+
 # round NAME: the clients, under wsd and then plain, at once; the server's CPU meanwhile
 round() {
 	p0=$(ticks "$parent") w0=$(ticks "$worker") t0=$(now_ms)
@@ -48,7 +59,7 @@ round() {
 		"cpu: parent $pcpu%, worker $wcpu%"
 	[ "$r1" = 0 ] || fail "$1: a plain TCP client got no answer, or a wrong one ($r1)"
 	[ "$r2" = 0 ] || fail "$1: a wsd client got no answer, or a wrong one ($r2)"
-	[ "$pcpu" -lt 50 ] || fail "$1: the parent spins: $pcpu% of a core"
+	[ "$pcpu" -lt 50 ] || { hot_threads "$parent"; fail "$1: the parent spins: $pcpu% of a core"; }
 	[ "$wcpu" -lt 50 ] || fail "$1: the honest worker spins: $wcpu% of a core"
 	kill -0 "$parent" 2>/dev/null && kill -0 "$worker" 2>/dev/null ||
 		fail "$1: the parent or the worker died"
