@@ -378,3 +378,12 @@ void sleep_ms(int ms)
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
 }
+
+void t_skip_server_forks(void)
+{
+#ifdef WSD_SANITIZERS
+	fprintf(stderr, "the sanitizer build's allocator is not fork-safe beside the switch's "
+		"threads (gcc 12's ASan has no fork handling); the plain build runs this\n");
+	exit(77);
+#endif
+}

@@ -102,6 +102,13 @@ int ctl_recv(struct peer *p);
 #else
 #define T_FORK_FIRST false
 #endif
+/*
+ * For the programs whose point is a server's fork with the switch's
+ * threads running (fork.pair, forksrv.pair): in the sanitizer build,
+ * where a child forked while one of them is inside the allocator, or
+ * ending, hangs in its first malloc, say so and exit 77.
+ */
+void t_skip_server_forks(void);
 /* In a peer: the port its parent listens on: port, or (forked first) the control channel's. */
 int t_peer_port(struct peer *self, int port);
 /* Listen (t_listen) and start the peer p, first when early (then the port goes by p's channel). */

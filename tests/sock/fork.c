@@ -120,6 +120,7 @@ static void accept_fork_server(void)
 
 int main(int argc, char **argv)
 {
+	t_skip_server_forks();
 	t_init(argc, argv);
 	parent_and_child();
 	accept_fork_server();

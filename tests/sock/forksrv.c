@@ -29,6 +29,7 @@
  * Every byte is checked at both ends, plain and under wsd run.
  */
 #define _GNU_SOURCE
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -249,6 +250,7 @@ static void prefork_many_case(void)
 
 int main(int argc, char **argv)
 {
+	t_skip_server_forks();
 	t_init(argc, argv);
 	t_watchdog(60);
 	MUST(prctl(PR_SET_CHILD_SUBREAPER, 1));
