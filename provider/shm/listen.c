@@ -29,12 +29,14 @@
  * l->refused, which the switch reads (wsd_listen_refused).
  *
  * The listener's pollable fd is an epoll set holding the socket and every
- * pending connection, so a waiter wakes for either.
+ * pending connection, so a waiter wakes for either; shm_listen_get itself
+ * polls them, straight to the kernel.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -456,9 +458,10 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 
 	for (;;) {
-		struct epoll_event ev[PENDING_MAX + 1];
+		struct pollfd pf[PENDING_MAX + 1];
+		struct pending *who[PENDING_MAX];
 		int64_t now = wsd_now_ms(), first = deadline;
-		int n, wait;
+		int n, np, wait;
 
 		for (int i = 0; i < sl->npending;) {
 			if (sl->p[i]->deadline <= now) {
@@ -472,27 +475,30 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 		}
 		wait = shm_remaining(first);
 		/*
-		 * through the switch's epoll, which keeps the set (epoll_ctl
-		 * above went there too): away only while it may block
+		 * A poll of our own descriptors, not the epoll set (which is for
+		 * those who poll the listener: it goes through the switch's
+		 * epoll, whose wait may allocate, where a fork must not find a
+		 * thread of ours).  The listening socket first.
 		 */
-		bool away = wait != 0 && wsd_threads_away();
-
-		n = epoll_wait(sl->epfd, ev, PENDING_MAX + 1, wait);
-		wsd_threads_back(away);
-		if (n < 0 && errno != EINTR)
+		np = sl->npending;
+		pf[0] = (struct pollfd){ .fd = sl->fd_watched ? sl->fd : -1, .events = POLLIN };
+		for (int i = 0; i < np; i++) {
+			who[i] = sl->p[i];
+			pf[1 + i] = (struct pollfd){ .fd = who[i]->sock, .events = POLLIN };
+		}
+		n = wsd_wait_fds(pf, (unsigned)np + 1, wait);
+		if (n < 0)
 			return -errno;
-		bool take = false;
+		bool take = n > 0 && pf[0].revents;
 
-		for (int k = 0; k < n; k++) {
+		for (int k = 0; n > 0 && k < np; k++) {
 			struct shm_request *r;
 			int i, ret;
 
-			/* after the steps: a newcomer must not take the slot of one ready to go on */
-			if (ev[k].data.ptr == sl) {
-				take = true;
+			if (!pf[1 + k].revents)
 				continue;
-			}
-			for (i = 0; i < sl->npending && sl->p[i] != ev[k].data.ptr; i++)
+			/* after the steps: a newcomer must not take the slot of one ready to go on */
+			for (i = 0; i < sl->npending && sl->p[i] != who[k]; i++)
 				;
 			if (i == sl->npending)
 				continue;   /* dropped earlier in this batch */
