@@ -390,10 +390,8 @@ static int listen_get(struct nd_listener *l, int timeout_ms, struct nd_conn_requ
 	for (;;) {
 		struct pollfd p[WSD_MAX_TP];
 		unsigned idx[WSD_MAX_TP];
-		int left = deadline < 0 ? -1 : (int)(deadline - wsd_now_ms()), r;
+		int left = wsd_ms_left(deadline), r;
 
-		if (deadline >= 0 && left < 0)
-			left = 0;
 		n = 0;
 		for (unsigned i = 0; i < ad->ntp; i++) {
 			if (!l->tpriv[i])
@@ -402,8 +400,8 @@ static int listen_get(struct nd_listener *l, int timeout_ms, struct nd_conn_requ
 			p[n].events = POLLIN;
 			idx[n++] = i;
 		}
-		r = wsd_wait_fds(p, n, left);
-		if (r < 0 && errno != EINTR)
+		r = wsd_wait_fds(p, n, left);   /* restarted after a signal itself */
+		if (r < 0)
 			return -errno;
 		if (r == 0)
 			return -ETIMEDOUT;

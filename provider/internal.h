@@ -273,6 +273,14 @@ static inline int64_t wsd_now_ms(void)
 	return wsd_now_ns() / 1000000;
 }
 
+/* The ms from now to a deadline (wsd_now_ms), 0 once past; -1 for none (-1). */
+static inline int wsd_ms_left(int64_t deadline)
+{
+	int64_t left = deadline - wsd_now_ms();
+
+	return deadline < 0 ? -1 : left > 0 ? (int)left : 0;
+}
+
 /* ep.c: every SGE of a list inside its region with the rights needed */
 WSD_HIDDEN nd_status wsd_sgl_check(const struct nd_sge *sgl, uint32_t n, uint32_t need);
 

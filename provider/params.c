@@ -181,14 +181,6 @@ void wsd_threads_back(bool away)
 		wsd_threads_work();
 }
 
-/* ms left to end (0 when past), or -1 (no end) */
-static int wait_left(int64_t end)
-{
-	int64_t left = end - wsd_now_ms();
-
-	return end < 0 ? -1 : left > 0 ? (int)left : 0;
-}
-
 int wsd_wait_fds(struct pollfd *p, unsigned n, int timeout_ms)
 {
 	int64_t end = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
@@ -196,7 +188,7 @@ int wsd_wait_fds(struct pollfd *p, unsigned n, int timeout_ms)
 	long r;
 
 	for (;;) {
-		int ms = wait_left(end);
+		int ms = wsd_ms_left(end);
 		struct timespec ts = { ms / 1000, ms % 1000 * 1000000L };
 
 		r = syscall(SYS_ppoll, p, (unsigned long)n, ms < 0 ? NULL : &ts, NULL, 8);

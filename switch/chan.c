@@ -581,8 +581,7 @@ static void *chan_main(void *arg)
 			wsd_chan_box_refill();
 		}
 	}
-	wsd_threads_rest();
-	return NULL;
+	return NULL;   /* counted_start stops counting us */
 }
 
 /* ---- fork, ending --------------------------------------------------------------- */

@@ -280,8 +280,7 @@ static void *acceptor(void *arg)
 	}
 	procs.lpWSPCloseSocket(r->ls, &err);
 	reg_free(r);
-	wsd_threads_rest();
-	return NULL;
+	return NULL;   /* counted_start stops counting us */
 }
 
 /* s listens: a registry for its port, made or taken; false if none. */

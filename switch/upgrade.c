@@ -171,7 +171,7 @@ static void *counted_start(void *p)
 	wsd_threads_work();
 	free(p);
 	r = t.fn(t.arg);
-	(void)wsd_threads_away();   /* unless fn rested last */
+	(void)wsd_threads_away();   /* ended: not counted (unless fn rested last) */
 	return r;
 }
 

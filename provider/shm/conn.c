@@ -337,7 +337,7 @@ static int connect_bounded(int sock, const struct sockaddr_un *un, socklen_t unl
 			return 0;
 		if (errno != EAGAIN && errno != EINTR)
 			return -errno;   /* a unix socket never answers EINPROGRESS */
-		wait = shm_remaining(busy_end);
+		wait = wsd_ms_left(busy_end);
 		if (!wait)
 			return -ETIMEDOUT;
 		away = wsd_threads_away();   /* a fork need not wait for the registry */
@@ -375,7 +375,7 @@ static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
 	(void)fcntl(c->sock, F_SETFL, 0);
 	ret = shm_peer_uid_ok(c->sock, &c->peer_pid);
 	if (ret == 0)
-		ret = shm_prove_connector(c->sock, c->peer_pid, owner, shm_remaining(name_end));
+		ret = shm_prove_connector(c->sock, c->peer_pid, owner, wsd_ms_left(name_end));
 	if (ret == -EACCES)
 		count_refusal(ep->ad);
 	return ret < 0 ? setup_status(ret) : ND_SUCCESS;
@@ -403,7 +403,7 @@ static nd_status connect_find(struct nd_ep *ep, struct shm_conn *c, const struct
 	if (st == ND_SUCCESS || st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY || !owner)
 		return st;
 	n = shm_alt_names((unsigned)shm_addr_port(addr, len), owner, alt, altlen, SHM_ALT_MAX);
-	for (int i = 0; i < n && shm_remaining(deadline) != 0; i++) {
+	for (int i = 0; i < n && wsd_ms_left(deadline) != 0; i++) {
 		nd_status a = connect_prove(ep, c, &alt[i], altlen[i], check, deadline);
 
 		wsd_debug("shm: alternate registry %s: %s", alt[i].sun_path + 1, nd_strstatus(a));
@@ -474,7 +474,7 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 			goto fail;
 		}
 	}
-	ret = shm_recv_ctl(c->sock, &m, fds, 2, shm_remaining(deadline));
+	ret = shm_recv_ctl(c->sock, &m, fds, 2, wsd_ms_left(deadline));
 	if (ret < 0) {
 		st = ret == -ETIMEDOUT ? ND_TIMEOUT : ND_CONNECTION_REFUSED;
 		goto fail;

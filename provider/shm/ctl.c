@@ -130,13 +130,3 @@ void shm_reject(int sock, uint16_t type, nd_status why)
 
 	(void)shm_send_ctl(sock, &m, NULL, 0);
 }
-
-int shm_remaining(int64_t deadline)
-{
-	int64_t left;
-
-	if (deadline < 0)
-		return -1;
-	left = deadline - wsd_now_ms();
-	return left > 0 ? (int)left : 0;
-}

@@ -473,7 +473,7 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 				first = sl->p[i]->deadline;
 			i++;
 		}
-		wait = shm_remaining(first);
+		wait = wsd_ms_left(first);
 		/*
 		 * A poll of our own descriptors, not the epoll set (which is for
 		 * those who poll the listener: it goes through the switch's
@@ -489,6 +489,7 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 		n = wsd_wait_fds(pf, (unsigned)np + 1, wait);
 		if (n < 0)
 			return -errno;
+		/* taken after the steps: a newcomer must not take the slot of one ready to go on */
 		bool take = n > 0 && pf[0].revents;
 
 		for (int k = 0; n > 0 && k < np; k++) {
@@ -497,7 +498,6 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 
 			if (!pf[1 + k].revents)
 				continue;
-			/* after the steps: a newcomer must not take the slot of one ready to go on */
 			for (i = 0; i < sl->npending && sl->p[i] != who[k]; i++)
 				;
 			if (i == sl->npending)

@@ -150,7 +150,7 @@ int shm_prove_connector(int sock, pid_t pid, const struct shm_owner *owner, int 
 	m.probe_addr = (uintptr_t)mine.at;
 	ret = shm_send_ctl(sock, &m, NULL, 0);
 	if (ret == 0)
-		ret = expect(sock, &m, SHM_PROVE_ACK, shm_remaining(deadline));
+		ret = expect(sock, &m, SHM_PROVE_ACK, wsd_ms_left(deadline));
 	if (ret == 0 && !shm_nonce_match(&mine, m.nonce))
 		ret = -EACCES;    /* the listener could not read us */
 	if (ret == 0 && owner)
@@ -169,7 +169,7 @@ int shm_prove_connector(int sock, pid_t pid, const struct shm_owner *owner, int 
 	ret = shm_send_ctl(sock, &m, NULL, 0);
 	if (ret < 0)
 		return ret;
-	return expect(sock, &m, SHM_PROVED, shm_remaining(deadline));
+	return expect(sock, &m, SHM_PROVED, wsd_ms_left(deadline));
 }
 
 /*

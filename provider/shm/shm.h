@@ -177,7 +177,6 @@ WSD_HIDDEN int shm_recv_ctl(int sock, struct shm_ctl *m, int *fds, int nfds, int
 WSD_HIDDEN int shm_wait_readable(int fd, int timeout_ms);
 WSD_HIDDEN void shm_close_fds(int *fds, int n);
 WSD_HIDDEN void shm_reject(int sock, uint16_t type, nd_status why);
-WSD_HIDDEN int shm_remaining(int64_t deadline);
 WSD_HIDDEN int shm_layout_ok(uint32_t ring_size, uint32_t nwindows);
 
 /* proof.c: each side shows it may read the other's memory */

@@ -256,17 +256,15 @@ static int next_event(struct rdma_event_channel *ch, int64_t deadline,
 {
 	for (;;) {
 		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-		int left = deadline < 0 ? -1 : (int)(deadline - wsd_now_ms());
-		int r;
+		int left = wsd_ms_left(deadline);
 
 		if (rdma_get_cm_event(ch, ev) == 0)
 			return 0;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
-		if (deadline >= 0 && left <= 0)
+		if (left == 0)
 			return -ETIMEDOUT;
-		r = wsd_wait_fds(&p, 1, left);
-		if (r < 0 && errno != EINTR)
+		if (wsd_wait_fds(&p, 1, left) < 0)   /* restarted after a signal itself */
 			return -errno;
 	}
 }
