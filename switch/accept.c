@@ -5,7 +5,7 @@
  * (registry.c), or an OPEN on a channel, is matched against the
  * connections the program accepted, or
  * waits for its accept (at most MAX_PENDING HELLOs and MAX_PENDING_OPENS
- * OPENs, PENDING_MS each), and is
+ * OPENs, PENDING_MS or OPEN_PENDING_MS each), and is
  * answered ACCEPT/OPENED or REFUSE/DECLINE.  Of the handshakes and of
  * the requests kept, one peer holds no more than its share
  * (PEER_SHARE_OF).  pend_lock guards the requests in hand and the
@@ -51,7 +51,7 @@ static int npending, npending_ws;    /* pend_lock: all, and those holding an SPI
  * Accepted connections that closed lately, never upgraded (pend_lock, the
  * oldest overwritten).  An OPEN for one (sent by message as the peer's
  * connection began, and taken by our channel thread only after the program
- * was done with it) is declined at once: kept, it would wait PENDING_MS
+ * was done with it) is declined at once: kept, it would wait OPEN_PENDING_MS
  * for an accept that will not come, the peer's closed socket held as long.
  * A 4-tuple used again this soon by a new connection not yet accepted is
  * declined too, and stays on TCP: a lost upgrade, never a wrong one.
@@ -265,12 +265,21 @@ static struct pending *pending_unlink(struct pending **pp)
 	return p;
 }
 
-/* pend_lock held: requests that waited too long, unlinked onto *old. */
+/*
+ * pend_lock held: requests that waited too long, unlinked onto *old.  The
+ * list is oldest first, and no request expires sooner than PENDING_MS: the
+ * walk ends at the first younger than that.
+ */
 static void pending_expire(uint64_t now, struct pending **old)
 {
-	while (pendings && now - pendings->when_ms > PENDING_MS) {
-		struct pending *p = pending_unlink(&pendings);
+	struct pending **pp = &pendings, *p;
 
+	while ((p = *pp) && now - p->when_ms > PENDING_MS) {
+		if (p->ch && now - p->when_ms <= OPEN_PENDING_MS) {
+			pp = &p->next;
+			continue;
+		}
+		pending_unlink(pp);
 		p->next = *old;
 		*old = p;
 	}

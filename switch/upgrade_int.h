@@ -12,6 +12,13 @@
 
 #define ANSWER_MS 5000               /* each side waits this for the other's message */
 #define PENDING_MS 10000             /* a HELLO waits this for the application's accept */
+/*
+ * An OPEN waits this for it: it holds no descriptor, only its place among
+ * MAX_PENDING_OPENS, and a server whose accepts run far behind its
+ * connections (a thousand at once on a slow machine) still upgrades them,
+ * as the kernel's backlog keeps them however long the accept takes.
+ */
+#define OPEN_PENDING_MS 60000
 #define REFUSE_MS 20                 /* a REFUSE waits this for the peer's receive */
 /*
  * Requests a process has in hand at once: handshakes waiting for their
