@@ -66,11 +66,14 @@ if len(ch) != 1 or ch[0]["slots"] != 8 or ch[0]["rss_kib"] <= 0 or ch[0]["pss_ki
 EOF
 	if [ "$victim" = a ]; then
 		{ kill -9 "$apid"; wait "$apid"; } 2>/dev/null
-		wait_exit "$bpid" 20000 || fail "round $seed: client a killed; client b hangs"
+		wait_exit "$bpid" 20000 ||
+			fail "round $seed: client a killed; client b hangs: $(fanout_hung b "$bpid")" \
+			     "$(fanout_hung server "$spid")"
 		wait "$bpid" || fail "round $seed: client a killed; client b exited $?"
 		ends "$tmp/b.out" 8 && complete "$tmp/b.out" ||
 			fail "round $seed: client a killed; client b's streams"
-		wait_exit "$spid" 20000 || fail "round $seed: client a killed; the server hangs"
+		wait_exit "$spid" 20000 ||
+			fail "round $seed: client a killed; the server hangs: $(fanout_hung server "$spid")"
 		wait "$spid" || fail "round $seed: client a killed; the server exited $?"
 		ends "$tmp/server.out" 16 || fail "round $seed: client a killed; the server's ends"
 		grep '^conn 1[0-9][0-9] ' "$tmp/server.out" >"$tmp/server_b.out"
@@ -83,7 +86,8 @@ EOF
 		{ kill -9 "$spid"; wait "$spid"; } 2>/dev/null
 		for c in a b; do
 			pid=$([ $c = a ] && echo "$apid" || echo "$bpid")
-			wait_exit "$pid" 20000 || fail "round $seed: the server killed; client $c hangs"
+			wait_exit "$pid" 20000 ||
+				fail "round $seed: the server killed; client $c hangs: $(fanout_hung $c "$pid")"
 			wait "$pid" || fail "round $seed: the server killed; client $c exited $?"
 			ends "$tmp/$c.out" 8 || fail "round $seed: the server killed; client $c's ends"
 		done

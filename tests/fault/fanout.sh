@@ -20,3 +20,35 @@ fanout_start() {
 	bpid=$!
 	pids="$pids $apid $bpid"
 }
+
+# fanout_hung NAME PID: for a process that outlived its deadline, one line
+# saying where each of its connections stands (wsd stat: path, reason,
+# bytes each way, what its last wait was for), so that a report that keeps
+# only the failure's line still says where it stopped; its threads' stacks
+# (gdb, if there is one) go to $tmp/NAME.stacks.err, printed by fail.
+fanout_hung() {
+	"$wsd" stat --json "$2" >"$tmp/$1.hung.json" 2>&1
+	if command -v gdb >/dev/null 2>&1; then
+		timeout -s KILL 60 gdb -p "$2" -batch -ex "thread apply all bt" 2>&1 |
+			grep -v '^\[New \|^warning' >"$tmp/$1.stacks.err"
+	fi
+	python3 - "$tmp/$1.hung.json" "$1" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(print("%s: no wsd stat (%s)" % (sys.argv[2], e)))
+out = []
+for p in d.get("processes", []):
+    for s in p.get("sockets", []):
+        if s.get("listening"):
+            continue
+        w = s.get("last_wait") or {}
+        out.append("fd %s %s/%s rx %d tx %d wait %s/%s" % (
+            s.get("fd"), s.get("path"), s.get("reason"),
+            s.get("tcp_rx", 0) + s.get("copy_rx", 0) + s.get("zcopy_rx", 0),
+            s.get("tcp_tx", 0) + s.get("copy_tx", 0) + s.get("zcopy_tx", 0),
+            w.get("for", "-"), w.get("age_ms", "-")))
+print("%s: %s" % (sys.argv[2], "; ".join(out) or "no connections"))
+PY
+}
