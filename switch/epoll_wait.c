@@ -122,6 +122,7 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 		/* idle for PARK_LOOKS looks of a wait that does not sleep yet
 		 * (one busy with other sockets): armed and parked all the same */
 		bool arm_it = arm || (may_park && ++it->idle >= PARK_LOOKS);
+		bool park = false;
 		uint32_t r;
 
 		next = l->next;
@@ -130,6 +131,19 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 			break;
 		}
 		r = item_ready(it, arm_it);
+		if (!r && arm_it && may_park) {
+			/*
+			 * Armed and idle: its peer rings on the next arrival, so
+			 * later waits need not look until a kernel event.  The look
+			 * that says so may move the socket on (the peer's proof
+			 * read, its data behind it): then it is looked at again,
+			 * and reported now if ready.
+			 */
+			if (it->disabled || wsd_sock_parkable(it->sock))
+				park = true;
+			else
+				r = item_ready(it, false);
+		}
 		if (r) {
 			it->idle = 0;
 			ev[out].events = r;
@@ -149,11 +163,7 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 
 				real.epoll_ctl(epfd, EPOLL_CTL_MOD, it->fd, &kev);
 			}
-			/*
-			 * Armed and idle: its peer rings on the next arrival, so
-			 * later waits need not look until a kernel event.
-			 */
-			if (arm_it && may_park && (it->disabled || wsd_sock_parkable(it->sock)))
+			if (park)
 				item_park(set, it);
 		}
 		it->krev = 0;
