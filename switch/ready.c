@@ -245,8 +245,13 @@ bool wsd_sock_parkable(struct wsd_sock *s)
 	struct wsd_session *ss = s->sess;
 	bool ok;
 
+	long us;
+
 	if (!ss || !s->rx_ready_sent || (s->rx_back && s->tx_back) || peer_bypass(ss))
 		return false;
+	/* the test build: the peer's proof may come while we decide (proofwake_check.sh) */
+	if (s->rx_mode == DIR_PROOF && wsd_fault("park-race", &us))
+		usleep((useconds_t)us);
 	pthread_mutex_lock(&s->rx_lock);
 	/* not readable but by the kernel's word: in any mode but the ring's,
 	 * readiness is the kernel stream's, and the ring's first record rings */

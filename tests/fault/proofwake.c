@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The program of proofwake_check.sh: single bytes echoed on new
+ * connections, the client waiting for each echo in epoll_wait, as a
+ * program's event loop does.  Each round the
+ * client sends its byte, lets the server answer first (its echo is the
+ * server's first send, so it switches the server's direction to the ring:
+ * a SWITCH record, the byte, then the proof on the stream), and only then
+ * waits: its first look finds the SWITCH with the proof still to come.
+ *
+ *   proofwake CONNS
+ *
+ * Prints "ok N" after N connections of TURNS rounds each, all echoed;
+ * exits 1 at the first wait that took LATE_MS or more (the echo in the ring
+ * all along, nothing left to wake its waiter: something else woke it, late,
+ * or its timeout did), 2 for anything else.  Each wait takes about the
+ * windows below, a tenth of a second, when its wake-up comes.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TURNS 3
+#define WAIT_MS 10000
+#define LATE_MS 3000      /* a wait this long slept through its wake-up */
+#define LEAD_US 20000     /* the server's answer goes first by this much */
+
+static void die(const char *what)
+{
+	fprintf(stderr, "proofwake: %s: %s\n", what, strerror(errno));
+	exit(2);
+}
+
+static void server(int lfd, int conns)
+{
+	for (int k = 0; k < conns; k++) {
+		int fd = accept(lfd, NULL, NULL);
+		char c;
+
+		if (fd < 0)
+			die("accept");
+		for (int i = 0; i < TURNS; i++) {
+			if (recv(fd, &c, 1, MSG_WAITALL) != 1)
+				die("server recv");
+			if (send(fd, &c, 1, MSG_NOSIGNAL) != 1)
+				die("server send");
+		}
+		close(fd);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int lfd, conns, status, go[2];
+	pid_t pid;
+
+	if (argc != 2 || (conns = atoi(argv[1])) <= 0) {
+		fprintf(stderr, "usage: proofwake CONNS\n");
+		return 2;
+	}
+	/* the server forks first and listens itself: a listener shared by a fork stays on TCP */
+	if (pipe(go))
+		die("pipe");
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (!pid) {
+		lfd = socket(AF_INET, SOCK_STREAM, 0);
+		if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 64) ||
+		    getsockname(lfd, (struct sockaddr *)&a, &len) ||
+		    write(go[1], &a, sizeof(a)) != (ssize_t)sizeof(a))
+			die("listen");
+		server(lfd, conns);
+		_exit(0);
+	}
+	if (read(go[0], &a, sizeof(a)) != (ssize_t)sizeof(a))
+		die("the server did not listen");
+	for (int k = 0; k < conns; k++) {
+		struct epoll_event ev = { .events = EPOLLIN };
+		int fd = socket(AF_INET, SOCK_STREAM, 0), ep = epoll_create1(0);
+
+		if (fd < 0 || ep < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) ||
+		    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev))
+			die("connect");
+		for (int i = 0; i < TURNS; i++) {
+			char c = (char)(k + i), d;
+			struct timespec t0, t1;
+			ssize_t n;
+			long ms;
+
+			if (send(fd, &c, 1, MSG_NOSIGNAL) != 1)
+				die("send");
+			usleep(LEAD_US);
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			n = epoll_wait(ep, &ev, 1, WAIT_MS);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			if (n < 0)
+				die("epoll_wait");
+			ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+			if (n == 0 || ms >= LATE_MS) {
+				printf("connection %d, turn %d: epoll_wait returned %d after %ld ms\n",
+				       k, i, (int)n, ms);
+				fflush(stdout);
+				kill(pid, SIGKILL);
+				return 1;
+			}
+			n = recv(fd, &d, 1, MSG_DONTWAIT);
+			if (n != 1 || d != c)
+				die("the echo");
+		}
+		close(ep);
+		close(fd);
+	}
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		die("the server");
+	printf("ok %d\n", conns);
+	return 0;
+}

@@ -1,0 +1,36 @@
+#!/bin/sh
+# A proof taken by a look that reports nothing (wsd-protocol(7), The
+# switch, Sleeping and waking).  tests/fault/proofwake: single bytes echoed
+# on new connections, the client waiting in epoll_wait, under the test
+# build of the library with two windows held open: proof-delay holds each
+# side's proof 60 ms after its SWITCH record and first data went into the
+# peer's ring, and park-race holds an epoll set 100 ms between arming a
+# socket that waits for that proof and the look that decides whether to
+# park it.  The proof comes in between; that look reads it and finds the
+# data behind it.  Before, the set then slept with nothing more to come on
+# the stream (the sender rang no doorbell, the proof being its wake-up),
+# the echo in the ring, for 5 s (until something else woke it): in every
+# connection but the first.  The
+# sender now rings after its proof when the receiver armed, and the set
+# reports what that look found.  About 3 s.
+set -u
+top=${top_builddir:-.}
+lib=$top/tests/fault/.libs/libwsd_fault.so
+prog=$top/tests/fault/proofwake
+[ -f "$lib" ] || { echo "FAIL: no $lib (make check builds it)"; exit 1; }
+[ -x "$prog" ] || { echo "FAIL: no $prog (make check builds it)"; exit 1; }
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+WSD_LIB=$lib WSD_FAULT='proof-delay=60@1+,park-race=100000@1+' WSD_UPGRADE_BYTES=1 \
+	timeout -s KILL 120 "$top/wsd/wsd" run -- "$prog" 10 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+cat "$tmp/out"
+if [ $rc -ne 0 ] || ! grep -q '^ok 10$' "$tmp/out"; then
+	echo "FAIL: proofwake exited $rc"
+	grep -v '^wsd fault:' "$tmp/err"
+	exit 1
+fi
+n=$(grep -c 'park-race fires' "$tmp/err")
+[ "$n" -gt 0 ] || { echo "FAIL: the window was never open (park-race did not fire)"; exit 1; }
+echo "PASS: 10 connections echoed at once, a proof inside the park window"
