@@ -9,10 +9,9 @@
 # park it.  The proof comes in between; that look reads it and finds the
 # data behind it.  Before, the set then slept with nothing more to come on
 # the stream (the sender rang no doorbell, the proof being its wake-up),
-# the echo in the ring, for 5 s (until something else woke it): in every
-# connection but the first.  The
-# sender now rings after its proof when the receiver armed, and the set
-# reports what that look found.  About 3 s.
+# the echo in the ring, until the program's timeout (10 s): in every
+# connection but the first.  Now the set reports what that look found.
+# About 2 s.
 set -u
 top=${top_builddir:-.}
 lib=$top/tests/fault/.libs/libwsd_fault.so
