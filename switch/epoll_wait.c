@@ -122,7 +122,7 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 		/* idle for PARK_LOOKS looks of a wait that does not sleep yet
 		 * (one busy with other sockets): armed and parked all the same */
 		bool arm_it = arm || (may_park && ++it->idle >= PARK_LOOKS);
-		bool park = false;
+		bool park = false, ready = false;
 		uint32_t r;
 
 		next = l->next;
@@ -136,12 +136,12 @@ static int harvest(struct epset *set, int epfd, struct epoll_event *ev, int nk, 
 			 * Armed and idle: its peer rings on the next arrival, so
 			 * later waits need not look until a kernel event.  The look
 			 * that says so may move the socket on (the peer's proof
-			 * read, its data behind it): then it is looked at again,
-			 * and reported now if ready.
+			 * read, its data behind it): when it found the socket
+			 * ready, it is reported now.
 			 */
-			if (it->disabled || wsd_sock_parkable(it->sock))
+			if (it->disabled || wsd_sock_parkable(it->sock, &ready))
 				park = true;
-			else
+			else if (ready)
 				r = item_ready(it, false);
 		}
 		if (r) {

@@ -240,13 +240,13 @@ void wsd_sock_bell_seen(struct wsd_sock *s)
 		atomic_store(&s->sess->arm_live, false);
 }
 
-bool wsd_sock_parkable(struct wsd_sock *s)
+bool wsd_sock_parkable(struct wsd_sock *s, bool *ready)
 {
 	struct wsd_session *ss = s->sess;
-	bool ok;
-
+	bool ok = false;
 	long us;
 
+	*ready = false;
 	if (!ss || !s->rx_ready_sent || (s->rx_back && s->tx_back) || peer_bypass(ss))
 		return false;
 	/* the test build: the peer's proof may come while we decide (proofwake_check.sh) */
@@ -255,7 +255,8 @@ bool wsd_sock_parkable(struct wsd_sock *s)
 	pthread_mutex_lock(&s->rx_lock);
 	/* not readable but by the kernel's word: in any mode but the ring's,
 	 * readiness is the kernel stream's, and the ring's first record rings */
-	ok = arm_unrung(ss) && !rx_readable(s, 0);
+	if (arm_unrung(ss))
+		ok = !(*ready = rx_readable(s, 0));
 	pthread_mutex_unlock(&s->rx_lock);
 	return ok;
 }

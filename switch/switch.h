@@ -433,9 +433,11 @@ void wsd_sock_arm(struct wsd_sock *s, short events);
 void wsd_sock_bell_seen(struct wsd_sock *s);
 /*
  * Armed for data, the arm not rung, nothing in the ring: only a doorbell
- * (a kernel event) or a call on s itself can make s readable.
+ * (a kernel event) or a call on s itself can make s readable.  *ready:
+ * its look found s readable (it may read the peer's proof and find data
+ * behind it, a wake-up no doorbell repeats: the caller reports it).
  */
-bool wsd_sock_parkable(struct wsd_sock *s);
+bool wsd_sock_parkable(struct wsd_sock *s, bool *ready);
 
 /*
  * A readiness wait (poll, select, epoll) on accelerated sockets spins a
