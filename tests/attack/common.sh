@@ -1,6 +1,6 @@
 # Shared by the attack scripts; sourced, not run.  Sets wsd and prog (the
 # tuple program), a temporary folder tmp removed at exit with every pid in
-# pids killed, and fail, now_ms, wait_exit and wait_file.
+# pids killed, and fail, now_ms, wait_exit, stacks and wait_file.
 wsd=${top_builddir:-.}/wsd/wsd
 prog=${top_builddir:-.}/tests/attack/tuple
 # In a sanitizer build libwsd-preload.so carries the ASan runtime, loaded
@@ -28,6 +28,11 @@ wait_exit() {   # PID MS: 0 when PID ended within MS milliseconds
 		[ "$(now_ms)" -lt "$t_end" ] || return 1
 		sleep 0.05
 	done
+}
+stacks() {   # PID: its threads' stacks, from gdb when there is one (else nothing)
+	command -v gdb >/dev/null 2>&1 || return 0
+	timeout -s KILL 30 gdb -p "$1" -batch -ex "thread apply all bt 16" 2>/dev/null |
+		grep -E '^#|^Thread'
 }
 wait_file() {   # FILE [REGEX]: up to 10 s (WAIT_S seconds)
 	n=0

@@ -34,9 +34,7 @@ hot_threads() {
 		echo "thread ${t##*/}: $(ticks "$1/task/${t##*/}") ticks," \
 			"syscall $(cut -d' ' -f1 "$t/syscall" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null)"
 	done
-	if command -v gdb >/dev/null; then
-		timeout 20 gdb -p "$1" -batch -ex "thread apply all bt 16" 2>/dev/null | grep -E '^#|^Thread'
-	fi
+	stacks "$1"
 }
 
 # round NAME: the clients, under wsd and then plain, at once; the server's CPU meanwhile

@@ -25,13 +25,10 @@ fanout_start() {
 # saying where each of its connections stands (wsd stat: path, reason,
 # bytes each way, what its last wait was for), so that a report that keeps
 # only the failure's line still says where it stopped; its threads' stacks
-# (gdb, if there is one) go to $tmp/NAME.stacks.err, printed by fail.
+# (stacks) go to $tmp/NAME.stacks.err, printed by fail.
 fanout_hung() {
 	"$wsd" stat --json "$2" >"$tmp/$1.hung.json" 2>&1
-	if command -v gdb >/dev/null 2>&1; then
-		timeout -s KILL 60 gdb -p "$2" -batch -ex "thread apply all bt" 2>&1 |
-			grep -v '^\[New \|^warning' >"$tmp/$1.stacks.err"
-	fi
+	stacks "$2" >"$tmp/$1.stacks.err"
 	python3 - "$tmp/$1.hung.json" "$1" <<'PY'
 import json, sys
 try:
