@@ -68,7 +68,7 @@ deb)
 	mkdir "$dir"
 	# from a clean clone of what is committed, as asan builds
 	git clone -q . "$dir/wsd"
-	(cd "$dir/wsd" && dpkg-buildpackage -us -uc -b)
+	(cd "$dir/wsd" && dpkg-buildpackage -us -uc -b -j"$(nproc)")
 	lintian --fail-on error --info "$dir"/wsd_*.changes
 	ls -l "$dir"/*.deb
 	;;
