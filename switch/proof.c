@@ -96,9 +96,15 @@ static bool to_ring(struct wsd_sock *s, int64_t written)
 	/* written (exact, or -1) counts no proof: the kernel is asked again after one */
 	bells_tx_base(s, no_proof ? written : -1);
 	s->tx_mode = DIR_RING;
-	/* no proof to wake a peer asleep on its stream: a bell, if it armed */
-	if (no_proof)
-		ring_data(s);
+	/*
+	 * A bell too, if the peer armed, proof or not: a proof is no wake-up
+	 * the peer can count on.  Any look of the peer's at its socket may take
+	 * it (a sender's wait, another thread's call, an epoll set deciding
+	 * whether to park it), and a look that reports nothing leaves a waiter
+	 * asleep on a stream that carries nothing more, with the data it waits
+	 * for already in its ring.
+	 */
+	ring_data(s);
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
 	s->accel = true;
@@ -117,9 +123,8 @@ bool tx_switch(struct wsd_sock *s)
 
 /*
  * ...and with the first bytes of a send (c, when not NULL: *sent of them)
- * in a record between our SWITCH and our proof: the proof, which the peer
- * waits for, then wakes it to data already there, where a doorbell after
- * it would wake it a second time.
+ * in a record between our SWITCH and our proof: a peer that waits for the
+ * proof finds them with it, and one asleep is rung after it (to_ring).
  */
 bool tx_switch_with(struct wsd_sock *s, struct cursor *c, size_t *sent)
 {

@@ -724,11 +724,7 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 			n = epipe(flags);
 		}
 	} else if (s->tx_mode == DIR_RING || tx_switch_with(s, &c, &first)) {
-		/*
-		 * No bell for a receiver that armed before our proof: the proof
-		 * wakes it, to the record written ahead of it.  Its arm stands
-		 * unrung, so our next record rings it (wsd-protocol(7), Doorbells).
-		 */
+		/* a receiver that armed before our switch was rung after its proof (to_ring) */
 		n = cur_left(&c) || !first ? send_ring(s, &c, flags, nonblock) : 0;
 		if (n >= 0)
 			n += (ssize_t)first;

@@ -172,6 +172,7 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 {
 	bool peek = for_rx;
 	int grace = -1;
+	long sleep_us;
 	char b;
 	ssize_t n;
 	int e = 0;
@@ -201,6 +202,9 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
 	race_window();    /* looked, not yet asleep: the bell must still wake it */
+	/* the test build: another thread may read the peer's proof meanwhile (proofwake_check.sh) */
+	if (for_rx && s->rx_mode != DIR_RING && wsd_fault("sleep-race", &sleep_us))
+		usleep((useconds_t)sleep_us);
 	note_wait(s, for_rx);
 	/* its last fd closed: the number may be another file's (sock.c, last_close) */
 	if (atomic_load(&s->closed)) {

@@ -8,7 +8,14 @@
  * a SWITCH record, the byte, then the proof on the stream), and only then
  * waits: its first look finds the SWITCH with the proof still to come.
  *
- *   proofwake CONNS
+ *   proofwake CONNS [thread]
+ *
+ * With "thread", the client waits in a blocking recv instead, while a
+ * second thread of its polls the same socket (poll, timeout 0) every
+ * 200 us, as a program's other thread asking whether it is readable does:
+ * that look may read the server's proof while the receiving thread is
+ * between its last look and its sleep (the test build holds it there,
+ * sleep-race), and the proof is then no wake-up for it.
  *
  * Prints "ok N" after N connections of TURNS rounds each, all echoed;
  * exits 1 at the first wait that took LATE_MS or more (the echo in the ring
@@ -20,7 +27,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +50,25 @@ static void die(const char *what)
 {
 	fprintf(stderr, "proofwake: %s: %s\n", what, strerror(errno));
 	exit(2);
+}
+
+struct looker {
+	int fd;
+	atomic_bool stop;
+};
+
+/* the program's other thread: is the socket readable? (it never reads) */
+static void *look(void *arg)
+{
+	struct looker *l = arg;
+
+	while (!atomic_load(&l->stop)) {
+		struct pollfd p = { .fd = l->fd, .events = POLLIN };
+
+		(void)poll(&p, 1, 0);
+		usleep(200);
+	}
+	return NULL;
 }
 
 static void server(int lfd, int conns)
@@ -64,12 +94,15 @@ int main(int argc, char **argv)
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(a);
 	int lfd, conns, status, go[2];
+	bool threads;
 	pid_t pid;
 
-	if (argc != 2 || (conns = atoi(argv[1])) <= 0) {
-		fprintf(stderr, "usage: proofwake CONNS\n");
+	if (argc < 2 || argc > 3 || (conns = atoi(argv[1])) <= 0 ||
+	    (argc == 3 && strcmp(argv[2], "thread"))) {
+		fprintf(stderr, "usage: proofwake CONNS [thread]\n");
 		return 2;
 	}
+	threads = argc == 3;
 	/* the server forks first and listens itself: a listener shared by a fork stays on TCP */
 	if (pipe(go))
 		die("pipe");
@@ -89,13 +122,19 @@ int main(int argc, char **argv)
 		die("the server did not listen");
 	for (int k = 0; k < conns; k++) {
 		struct epoll_event ev = { .events = EPOLLIN };
+		struct timeval tv = { .tv_sec = WAIT_MS / 1000 };
 		int fd = socket(AF_INET, SOCK_STREAM, 0), ep = epoll_create1(0);
+		struct looker l = { .fd = fd };
+		pthread_t t;
 
 		if (fd < 0 || ep < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) ||
-		    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev))
+		    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) ||
+		    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
 			die("connect");
+		if (threads && (errno = pthread_create(&t, NULL, look, &l)))
+			die("pthread_create");
 		for (int i = 0; i < TURNS; i++) {
-			char c = (char)(k + i), d;
+			char c = (char)(k + i), d = 0;
 			struct timespec t0, t1;
 			ssize_t n;
 			long ms;
@@ -104,21 +143,26 @@ int main(int argc, char **argv)
 				die("send");
 			usleep(LEAD_US);
 			clock_gettime(CLOCK_MONOTONIC, &t0);
-			n = epoll_wait(ep, &ev, 1, WAIT_MS);
+			n = threads ? recv(fd, &d, 1, 0) : epoll_wait(ep, &ev, 1, WAIT_MS);
 			clock_gettime(CLOCK_MONOTONIC, &t1);
-			if (n < 0)
-				die("epoll_wait");
+			if (n < 0 && !(threads && errno == EAGAIN))
+				die(threads ? "recv" : "epoll_wait");
 			ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
-			if (n == 0 || ms >= LATE_MS) {
-				printf("connection %d, turn %d: epoll_wait returned %d after %ld ms\n",
-				       k, i, (int)n, ms);
+			if (n <= 0 || ms >= LATE_MS) {
+				printf("connection %d, turn %d: %s returned %d after %ld ms\n",
+				       k, i, threads ? "recv" : "epoll_wait", (int)n, ms);
 				fflush(stdout);
 				kill(pid, SIGKILL);
 				return 1;
 			}
-			n = recv(fd, &d, 1, MSG_DONTWAIT);
+			if (!threads)
+				n = recv(fd, &d, 1, MSG_DONTWAIT);
 			if (n != 1 || d != c)
 				die("the echo");
+		}
+		if (threads) {
+			atomic_store(&l.stop, true);
+			pthread_join(t, NULL);
 		}
 		close(ep);
 		close(fd);

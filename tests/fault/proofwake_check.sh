@@ -11,7 +11,11 @@
 # the stream (the sender rang no doorbell, the proof being its wake-up),
 # the echo in the ring, until the program's timeout (10 s): in every
 # connection but the first.  Now the set reports what that look found.
-# About 2 s.
+# Then a blocking receiver whose other thread polls the socket: that poll
+# reads the proof while sleep-race holds the receiver between its last look
+# and its sleep, and the receiver slept until its SO_RCVTIMEO (10 s) in the
+# first few connections.  Now the sender rings after its proof when the
+# receiver armed.  About 4 s.
 set -u
 top=${top_builddir:-.}
 lib=$top/tests/fault/.libs/libwsd_fault.so
@@ -32,4 +36,19 @@ if [ $rc -ne 0 ] || ! grep -q '^ok 10$' "$tmp/out"; then
 fi
 n=$(grep -c 'park-race fires' "$tmp/err")
 [ "$n" -gt 0 ] || { echo "FAIL: the window was never open (park-race did not fire)"; exit 1; }
-echo "PASS: 10 connections echoed at once, a proof inside the park window"
+echo "ok: 10 connections echoed at once, a proof inside the park window"
+
+# The program's other thread reads the proof while the receiving thread is
+# between its last look and its sleep (sleep-race holds it there 100 ms).
+WSD_LIB=$lib WSD_FAULT='proof-delay=60@1+,sleep-race=100000@1+' WSD_UPGRADE_BYTES=1 \
+	timeout -s KILL 120 "$top/wsd/wsd" run -- "$prog" 10 thread >"$tmp/out" 2>"$tmp/err"
+rc=$?
+cat "$tmp/out"
+if [ $rc -ne 0 ] || ! grep -q '^ok 10$' "$tmp/out"; then
+	echo "FAIL: proofwake thread exited $rc"
+	grep -v '^wsd fault:' "$tmp/err"
+	exit 1
+fi
+n=$(grep -c 'sleep-race fires' "$tmp/err")
+[ "$n" -gt 0 ] || { echo "FAIL: the window was never open (sleep-race did not fire)"; exit 1; }
+echo "PASS: a proof in either window: both waiters woke"
