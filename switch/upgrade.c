@@ -266,6 +266,8 @@ int send_msg(SOCKET ws, struct wsd_hello *h)
 	return procs.lpWSPSend(ws, &b, 1, &n, 0, NULL, NULL, NULL, &err) ? -1 : 0;
 }
 
+#define RECV_NAP_MAX_US 10000         /* recv_msg's longest sleep between two looks */
+
 /*
  * Receive one message within ms; 0, -ETIMEDOUT when the time ran out, or
  * -1 (an error, *gone, a short or foreign message).  first, when given, is sent once
@@ -285,6 +287,7 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone,
 	uint32_t n = 0, fl = 0;
 	int err = 0;
 	int64_t end = wsd_now_ms() + ms;
+	unsigned nap = 200, looks = 0;
 	bool done;
 
 	memset(h, 0, sizeof(*h));
@@ -311,8 +314,15 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone,
 		/* a wait on another process: a fork need not wait for it (wsd_threads_hold) */
 		bool away = wsd_threads_away();
 
-		usleep(200);
+		usleep(nap);
 		wsd_threads_back(away);
+		/*
+		 * An answer comes within microseconds when it comes; past the first
+		 * 2 ms the peer is slow or gone, and a wait of seconds at 200 us a
+		 * look cost the process an eighth of a core (hangup_check.sh)
+		 */
+		if (++looks > 10 && nap < RECV_NAP_MAX_US)
+			nap *= 2;
 	}
 	return n == sizeof(*h) && h->magic == WSD_PROTO_MAGIC ? 0 : -1;
 }

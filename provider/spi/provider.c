@@ -523,6 +523,7 @@ int wsp_sock_watch(struct wsp_socket *s)
 	if (epoll_ctl(s->pv->epfd, EPOLL_CTL_ADD, nd_cq_fd(s->cq), &ev) < 0)
 		return -errno;
 	s->in_epoll = true;
+	s->watched = true;
 	(void)eventfd_write(s->pv->efd, 1);
 	return 0;
 }
@@ -576,6 +577,24 @@ void wsp_kick(struct wsp_socket *s, const WSAOVERLAPPED *ov)
 }
 
 /*
+ * Lock held.  The thread's epoll set reports a socket's CQ only while it is
+ * armed for it.  Quieting the CQ forgets its own doorbell, not what the
+ * transport attached to it: a peer that hung up leaves its socket there
+ * readable for good (EPOLLRDHUP), and the thread woke on it again and
+ * again while the owner of a request polled for itself (a registry
+ * handshake waiting 5 s for a HELLO spun a core: prefork_check).
+ */
+static void watch(struct wsp_socket *s)
+{
+	struct epoll_event ev = { .events = s->armed ? EPOLLIN : 0, .data.ptr = s };
+
+	if (!s->cq || !s->in_epoll || s->watched == s->armed)
+		return;
+	if (epoll_ctl(s->pv->epfd, EPOLL_CTL_MOD, nd_cq_fd(s->cq), &ev) == 0)
+		s->watched = s->armed;
+}
+
+/*
  * While a request it watches is outstanding, the thread also wakes every
  * BACKSTOP_NS and looks without being told.  A backstop: once, in CI, a
  * completion-port packet never came (bench_nd's ping-pong through a port,
@@ -619,6 +638,7 @@ static void *completion_thread(void *arg)
 				nd_cq_notify(s->cq, ND_CQ_NOTIFY_ANY);
 			else if (s->cq)
 				wsd_cq_quiet(s->cq);   /* or its fd stays readable: a busy thread */
+			watch(s);
 			watching |= s->armed;
 		}
 		pthread_mutex_unlock(&pv->lock);

@@ -82,6 +82,7 @@ struct wsp_socket {
 	uintptr_t key;
 	struct wsp_req *reqs;
 	bool armed;                      /* the completion thread armed its CQ */
+	bool watched;                    /* ...and its epoll set reports the CQ's fd */
 	struct rdma_reg *rdma;
 	struct nd_conn_request *deferred;  /* CF_DEFER: the next WSPAccept takes it */
 	unsigned ov_sleepers;            /* WSPGetOverlappedResult calls asleep on it */
