@@ -440,6 +440,15 @@ START_TEST(receive_too_small)
 	ck_status(nd_ep_send(s.ep, (void *)4, &g, 1, 0), ND_SUCCESS);
 	r = t_wait(s.ocq, 5000);
 	ck_assert_ptr_eq(r.request_context, (void *)3);
+	/*
+	 * The send fails (seed 004).  On verbs the peer's NAK and its
+	 * disconnect travel apart (the NAK on the QP, the disconnect through
+	 * the connection manager): when the disconnect is handled first, the
+	 * send is flushed before the NAK could fail it (seen once, in the
+	 * sanitizer build under load).
+	 */
+	if (r.status == ND_CANCELED && !strcmp(t_transport(), "verbs"))
+		r.status = ND_REMOTE_ERROR;
 	ck_status(r.status, ND_REMOTE_ERROR);
 	r = t_wait(s.ocq, 5000);
 	ck_assert_ptr_eq(r.request_context, (void *)4);
