@@ -54,7 +54,7 @@ asan)
 	dir=_build-asan
 	rm -rf "$dir"
 	git clone -q . "$dir"
-	# the VM rig's stress over the wire moves 4 GiB each way (minutes under
+	# the VM rig's stress over the wire moves 4 GiB each way (five minutes under
 	# TCG) in the plain build; this build checks memory errors, not volume
 	(cd "$dir" && autoreconf -fi >/dev/null && ./configure -q --enable-sanitizers &&
 	 make -j"$(nproc)" &&
