@@ -14,7 +14,8 @@
 # Then a blocking receiver whose other thread polls the socket: that poll
 # reads the proof while sleep-race holds the receiver between its last look
 # and its sleep, and the receiver slept until its SO_RCVTIMEO (10 s) in the
-# first few connections.  Now the sender rings after its proof when the
+# first few connections.  Now the sender (on shm, where this runs; not yet
+# over verbs) rings after its proof when the
 # receiver armed.  About 4 s.
 set -u
 top=${top_builddir:-.}
