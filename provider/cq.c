@@ -191,16 +191,6 @@ nd_status nd_cq_notify(struct nd_cq *cq, enum nd_cq_notify_type type)
 	return ND_SUCCESS;
 }
 
-/* Forget a doorbell without asking for more (the SPI's thread, done watching). */
-void wsd_cq_quiet(struct nd_cq *cq)
-{
-	eventfd_t junk;
-
-	pthread_mutex_lock(&cq->ad->lock);
-	(void)eventfd_read(cq->efd, &junk);
-	pthread_mutex_unlock(&cq->ad->lock);
-}
-
 int nd_cq_fd(struct nd_cq *cq)
 {
 	return cq ? cq->epfd : -1;

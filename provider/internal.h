@@ -293,7 +293,6 @@ struct wsd_param {
 };
 WSD_HIDDEN const struct wsd_param *wsd_params(size_t *count);
 /* (wsd_param_long, wsd_param_str, wsd_spin_ns, wsd_debug: provider/private.h) */
-WSD_HIDDEN void wsd_cq_quiet(struct nd_cq *cq);
 
 /* the library's threads at work (wsd_threads_*): provider/private.h */
 

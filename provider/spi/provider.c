@@ -578,7 +578,7 @@ void wsp_kick(struct wsp_socket *s, const WSAOVERLAPPED *ov)
 
 /*
  * Lock held.  The thread's epoll set reports a socket's CQ only while it is
- * armed for it.  Quieting the CQ forgets its own doorbell, not what the
+ * armed for it.  Reading the CQ's own doorbell, as it did, leaves what the
  * transport attached to it: a peer that hung up leaves its socket there
  * readable for good (EPOLLRDHUP), and the thread woke on it again and
  * again while the owner of a request polled for itself (a registry
@@ -635,10 +635,8 @@ static void *completion_thread(void *arg)
 			 */
 			s->armed = s->cq && needs_thread(s);   /* closed meanwhile: no CQ */
 			if (s->armed)
-				nd_cq_notify(s->cq, ND_CQ_NOTIFY_ANY);
-			else if (s->cq)
-				wsd_cq_quiet(s->cq);   /* or its fd stays readable: a busy thread */
-			watch(s);
+				nd_cq_notify(s->cq, ND_CQ_NOTIFY_ANY);   /* forgets old doorbells */
+			watch(s);   /* unarmed, its fd is not reported: nothing to quiet */
 			watching |= s->armed;
 		}
 		pthread_mutex_unlock(&pv->lock);
