@@ -447,9 +447,8 @@ START_TEST(receive_too_small)
 	 * send is flushed before the NAK could fail it (seen once, in the
 	 * sanitizer build under load).
 	 */
-	if (r.status == ND_CANCELED && !strcmp(t_transport(), "verbs"))
-		r.status = ND_REMOTE_ERROR;
-	ck_status(r.status, ND_REMOTE_ERROR);
+	if (!(r.status == ND_CANCELED && !strcmp(t_transport(), "verbs")))
+		ck_status(r.status, ND_REMOTE_ERROR);
 	r = t_wait(s.ocq, 5000);
 	ck_assert_ptr_eq(r.request_context, (void *)4);
 	ck_status(r.status, ND_CANCELED);
