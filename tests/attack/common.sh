@@ -1,6 +1,6 @@
 # Shared by the attack scripts; sourced, not run.  Sets wsd and prog (the
 # tuple program), a temporary folder tmp removed at exit with every pid in
-# pids killed, and fail, now_ms, wait_exit, stacks and wait_file.
+# pids killed, and fail, now_ms, wait_exit, ticks, stacks and wait_file.
 wsd=${top_builddir:-.}/wsd/wsd
 prog=${top_builddir:-.}/tests/attack/tuple
 # In a sanitizer build libwsd-preload.so carries the ASan runtime, loaded
@@ -29,6 +29,10 @@ wait_exit() {   # PID MS: 0 when PID ended within MS milliseconds
 		sleep 0.05
 	done
 }
+ticks() {   # PID (or PID/task/TID): its user and system time so far, in clock ticks
+	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
 stacks() {   # PID: its threads' stacks, from gdb when there is one (else nothing)
 	command -v gdb >/dev/null 2>&1 || return 0
 	timeout -s KILL 30 gdb -p "$1" -batch -ex "thread apply all bt 16" 2>/dev/null |

@@ -24,10 +24,6 @@ pids="$pids $parent $worker $attacker"
 wait_file "$tmp/server.out" "^attacker: uid 65534, [1-9]" ||
 	fail "the attacker found no shared page of 256 KiB"
 
-ticks() {   # PID: its user and system time so far, in clock ticks
-	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0
-}
-
 # hot_threads PID: each thread's CPU ticks and where it is now (to find a spin)
 hot_threads() {
 	for t in /proc/$1/task/*; do

@@ -15,10 +15,6 @@ stream=${top_builddir:-.}/tests/fault/stream
 lib=${top_builddir:-.}/tests/fault/.libs/libwsd_fault.so
 [ -f "$lib" ] || fail "no $lib (make check builds it)"
 
-ticks() {   # PID: its user and system time so far, in clock ticks
-	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0
-}
-
 STREAM_HOLD=$tmp/release STREAM_PAUSE_US=250000 \
 	"$wsd" run -- "$stream" send "$tmp/port" 7 1048576 >"$tmp/send.out" \
 	2>"$tmp/send.err" &
