@@ -276,6 +276,8 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	if (!ss)
 		return NULL;
 	wsd_session_hello(ss, &h, MSG_HELLO);
+	if (wsd_fault("busy-delay", &ms))
+		usleep((useconds_t)ms * 1000);   /* counted at work: a thread the scheduler does not run */
 	if (wsd_fault("hello-delay", &ms)) {
 		bool away = wsd_threads_away();   /* as a slow peer is waited for */
 

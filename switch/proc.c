@@ -37,6 +37,23 @@
  */
 #define BACK_MS WSD_BACK_MS
 
+/*
+ * How long fork waits for a thread of ours at work to reach its next wait
+ * (wsd_threads_hold).  glibc's fork takes its allocator's locks itself, so
+ * there the hold only keeps threads that wake from starting work, and
+ * fork waits for none: a thread at work on a loaded machine may not run
+ * for hundreds of ms, and a server's fork must not pay for that
+ * (tests/attack/stall_check.sh).  The sanitizers' allocator (GCC 12's
+ * ASan, LLVM's before 17) has no fork handling: a child whose parent
+ * forked while one of our threads was inside it would wait on its lock
+ * for ever, so that build waits, up to 200 ms.
+ */
+#ifdef WSD_SANITIZERS
+#define HOLD_MS 200
+#else
+#define HOLD_MS 0
+#endif
+
 static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)
 {
 	bool up;
@@ -92,7 +109,7 @@ static void before_fork(void)
 		wsd_sock_list_free(&l);
 	}
 	/* last: our threads held between two pieces of work, none inside the allocator */
-	wsd_threads_hold(200);
+	wsd_threads_hold(HOLD_MS);
 }
 
 static void in_parent(void)
