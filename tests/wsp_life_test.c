@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,82 @@ static int peer_accept_many(struct spi *p, void *arg)
 	sync_fd(p->oob_in, p->oob_out);
 	return 0;
 }
+
+/* Echo 1-byte messages until a 0 comes. */
+static int peer_echo(struct spi *p, void *arg)
+{
+	char b[1];
+	WSABUF w = { 1, b };
+	uint32_t n, fl = 0;
+	int err;
+
+	(void)arg;
+	for (;;) {
+		PCHECK(WSPRecv(p->s, &w, 1, &n, &fl, NULL, NULL, NULL, &err) == 0 && n == 1);
+		PCHECK(WSPSend(p->s, &w, 1, &n, 0, NULL, NULL, NULL, &err) == 0);
+		if (!b[0])
+			break;
+	}
+	sync_fd(p->oob_in, p->oob_out);
+	return 0;
+}
+
+static _Atomic int ping_stop;
+
+/* Blocking round trips: each wait the completion thread ends, polling every CQ. */
+static void *pinger(void *arg)
+{
+	struct spi *p = arg;
+	char b[1];
+	WSABUF w = { 1, b };
+	uint32_t n, fl = 0;
+	int err;
+
+	do {
+		b[0] = atomic_load(&ping_stop) ? 0 : 1;
+		ck_assert_int_eq(WSPSend(p->s, &w, 1, &n, 0, NULL, NULL, NULL, &err), 0);
+		ck_assert_int_eq(WSPRecv(p->s, &w, 1, &n, &fl, NULL, NULL, NULL, &err), 0);
+	} while (b[0]);
+	return NULL;
+}
+
+/*
+ * Connects that fail while the completion thread polls every socket's CQ:
+ * a failed connect must not destroy its CQ under the thread (it did,
+ * without the lock, and the sanitizer build caught the thread in
+ * nd_cq_poll on freed memory).  The sanitizer build is the one that sees
+ * a use after free here; every build checks that each connect fails
+ * cleanly and the pair still echoes.
+ */
+START_TEST(connect_fails_beside_traffic)
+{
+	struct spi p;
+	pthread_t t;
+	struct sockaddr_in none = t_addr(t_port());   /* nobody listens there */
+	struct timespec t0, t1;
+	int err, fails = 0;
+
+	spi_pair(&p, peer_echo, NULL);
+	atomic_store(&ping_stop, 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, pinger, &p), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		SOCKET c = WSPSocket(AF_INET, SOCK_STREAM, 0, &p.info, 0, 0, &err);
+
+		ck_assert(c != INVALID_SOCKET);
+		ck_assert_int_ne(WSPConnect(c, (struct sockaddr *)&none, sizeof(none), NULL, NULL,
+					    NULL, NULL, &err), 0);
+		ck_assert_int_eq(WSPCloseSocket(c, &err), 0);
+		fails++;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 1000);
+	atomic_store(&ping_stop, 1);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_gt(fails, 0);
+	sync_fd(p.oob_in, p.oob_out);
+	ck_assert_int_eq(spi_finish(&p), 0);
+}
+END_TEST
 
 /*
  * Sockets closed the moment their completion came through a port: the
@@ -420,6 +497,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, close_aborts_outstanding);
 	tcase_add_test(tc, idle_after_traffic);
 	tcase_add_test(tc, close_right_after_completion);
+	tcase_add_test(tc, connect_fails_beside_traffic);
 	tcase_add_test(tc, accept_condition);
 	tcase_add_test(tc, accept_timeout);
 	tcase_add_test(tc, port_threads);

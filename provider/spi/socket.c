@@ -112,7 +112,11 @@ int WSPListen(SOCKET h, int backlog, int *err)
 	return 0;
 }
 
-/* Lock not held.  The CQ and endpoint a connected socket moves data on. */
+/*
+ * Lock not held.  The CQ and endpoint a connected socket moves data on.
+ * The CQ is the socket's (s->cq) only once both exist, under the lock: the
+ * completion thread polls every socket's CQ with the lock held.
+ */
 static int make_endpoint(struct wsp_socket *s)
 {
 	const struct nd_adapter_info *in = &s->pv->info;
@@ -128,17 +132,29 @@ static int make_endpoint(struct wsp_socket *s)
 				      16 : in->max_inbound_read_limit,
 	};
 
-	if (nd_cq_create(s->pv->ad, a.inbound_entries + a.outbound_entries, &s->cq) != ND_SUCCESS)
+	struct nd_cq *cq;
+	struct nd_ep *ep;
+
+	if (nd_cq_create(s->pv->ad, a.inbound_entries + a.outbound_entries, &cq) != ND_SUCCESS)
 		return WSAENOBUFS;
-	a.inbound_cq = a.outbound_cq = s->cq;
-	if (nd_ep_create(s->pv->ad, &a, &s->ep) != ND_SUCCESS) {
-		nd_cq_destroy(s->cq);
-		s->cq = NULL;
+	a.inbound_cq = a.outbound_cq = cq;
+	if (nd_ep_create(s->pv->ad, &a, &ep) != ND_SUCCESS) {
+		nd_cq_destroy(cq);
 		return WSAENOBUFS;
 	}
+	pthread_mutex_lock(&s->pv->lock);
+	s->cq = cq;
+	s->ep = ep;
+	pthread_mutex_unlock(&s->pv->lock);
 	return 0;
 }
 
+/*
+ * Lock held: the completion thread may be polling the CQ (it holds the
+ * lock while it does), and a CQ destroyed under it was a use after free
+ * (a failed connect dropped its endpoint without the lock: the sanitizer
+ * build's mixed_check caught the thread in nd_cq_poll).
+ */
 static void drop_endpoint(struct wsp_socket *s)
 {
 	if (s->ep) {
@@ -275,7 +291,9 @@ SOCKET WSPAccept(SOCKET h, struct sockaddr *addr, socklen_t *addrlen, LPCONDITIO
 		    st == ND_ACCESS_DENIED ? WSAEACCES : WSAECONNABORTED;
 	}
 	if (e) {
+		pthread_mutex_lock(&ns->pv->lock);
 		drop_endpoint(ns);
+		pthread_mutex_unlock(&ns->pv->lock);
 		wsp_sock_release_handle(ns);
 		fail_with(s, e, err);
 		return INVALID_SOCKET;
@@ -313,7 +331,9 @@ int WSPConnect(SOCKET h, const struct sockaddr *name, socklen_t len, const WSABU
 	st = nd_ep_connect(s->ep, name, len, caller ? caller->buf : NULL, caller ? caller->len : 0,
 			   CONNECT_TIMEOUT_MS);
 	if (st != ND_SUCCESS) {
+		pthread_mutex_lock(&s->pv->lock);
 		drop_endpoint(s);
+		pthread_mutex_unlock(&s->pv->lock);
 		return fail_with(s, st == ND_TIMEOUT ? WSAETIMEDOUT :
 				    st == ND_ACCESS_DENIED ? WSAEACCES :
 				    st == ND_INVALID_PARAMETER ? WSAEINVAL : WSAECONNREFUSED, err);
