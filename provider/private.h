@@ -41,8 +41,9 @@ WSD_PRIVATE void wsd_debug(const char *fmt, ...) __attribute__((format(printf, 1
  * except while they wait).  In the sanitizer build fork waits for 0
  * before it goes on: an allocator without fork handling would otherwise
  * leave the child a lock one of them held, and the child's first
- * allocation of that size waits for ever (glibc's fork locks its own).  So a thread rests only where it blocks, not
- * before a call that may allocate on its way to blocking.
+ * allocation of that size waits for ever (glibc's fork locks its own).
+ * So a thread rests only where it blocks, not before a call that may
+ * allocate on its way to blocking.
  *
  * wsd_threads_hold, the last thing before fork, holds each thread that
  * wakes at its next wsd_threads_work and waits up to ms for the others to

@@ -107,10 +107,10 @@ static bool to_ring(struct wsd_sock *s, int64_t written)
 	 * Not on verbs, yet: with this bell the VM rig's many.pair, a thousand
 	 * connections switching at once on one QP, hangs under a loaded host
 	 * (two CI runs of four; beside a CI run, 5 debug rounds of 10 did not
-	 * finish, 2 caught idle for over 100 s), and never without it.  Not a stuck QP: in the one hang caught whole both
-	 * programs' threads slept in recv(MSG_PEEK) on one connection's warm-up
-	 * exchange, each for the other's data, with both QPs' PSNs equal (no
-	 * write outstanding).  So a wake-up is lost with this bell, and until
+	 * finish, 2 caught idle for over 100 s), and never without it.  Not a
+	 * stuck QP: in the one hang caught whole both programs' threads slept
+	 * in recv(MSG_PEEK) on one connection's warm-up exchange, each for the
+	 * other's data, with both QPs' PSNs equal (no write outstanding).  So a wake-up is lost with this bell, and until
 	 * it is found a proof taken by another look there leaves the waiter
 	 * asleep until the peer's next record (wsd-protocol(7), Sleeping and
 	 * waking).

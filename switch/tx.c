@@ -724,7 +724,8 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 			n = epipe(flags);
 		}
 	} else if (s->tx_mode == DIR_RING || tx_switch_with(s, &c, &first)) {
-		/* a receiver that armed before our switch was rung after its proof (to_ring; not on verbs yet) */
+		/* a receiver that armed before our switch was rung after its proof
+		 * (to_ring; not on verbs yet) */
 		n = cur_left(&c) || !first ? send_ring(s, &c, flags, nonblock) : 0;
 		if (n >= 0)
 			n += (ssize_t)first;

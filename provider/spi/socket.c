@@ -120,6 +120,8 @@ int WSPListen(SOCKET h, int backlog, int *err)
 static int make_endpoint(struct wsp_socket *s)
 {
 	const struct nd_adapter_info *in = &s->pv->info;
+	struct nd_cq *cq;
+	struct nd_ep *ep;
 	struct nd_ep_attr a = {
 		.inbound_entries = QUEUE_DEPTH < in->max_inbound_requests ?
 				   QUEUE_DEPTH : in->max_inbound_requests,
@@ -131,9 +133,6 @@ static int make_endpoint(struct wsp_socket *s)
 		.inbound_read_limit = 16 < in->max_inbound_read_limit ?
 				      16 : in->max_inbound_read_limit,
 	};
-
-	struct nd_cq *cq;
-	struct nd_ep *ep;
 
 	if (nd_cq_create(s->pv->ad, a.inbound_entries + a.outbound_entries, &cq) != ND_SUCCESS)
 		return WSAENOBUFS;

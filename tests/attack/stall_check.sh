@@ -59,30 +59,28 @@ victim quick "$wsd" run -- "$stall" quick "$port"
 echo "$line (no attacker)"
 forks_fast "a fork after a short connection waited"
 
-# a fork while a handshake runs (its HELLO held back 400 ms by the test
-# build's fault point): the fork does not wait for it, and the parent's
-# copy goes back to the stream when the handshake ends
+# fork_mid NAME FAULT BOUND WHAT: stall forkmid under the test build's
+# fault point FAULT; its one fork within BOUND us, and the parent's copy
+# back on the stream after it
 lib=${top_builddir:-.}/tests/fault/.libs/libwsd_fault.so
 [ -f "$lib" ] || fail "no $lib (make check builds it)"
-victim forkmid WSD_LIB="$lib" WSD_FAULT=hello-delay=400 "$wsd" run -- "$stall" forkmid "$port"
-echo "$line"
-us=$(echo "$line" | sed -n 's/^forkmid: fork \([0-9]*\) us.*/\1/p')
-[ "$us" -le 100000 ] || fail "the fork waited for the handshake: $us us"
-case $line in
-*"parent on tcp"*) ;;
-*) fail "the parent's copy did not go back to the stream: $line" ;;
-esac
+fork_mid() {
+	victim "$1" WSD_LIB="$lib" WSD_FAULT="$2" "$wsd" run -- "$stall" forkmid "$port"
+	echo "$line ($2)"
+	us=$(echo "$line" | sed -n 's/^forkmid: fork \([0-9]*\) us.*/\1/p')
+	[ "$us" -le "$3" ] || fail "the fork waited for $4: $us us"
+	case $line in
+	*"parent on tcp"*) ;;
+	*) fail "the parent's copy did not go back to the stream: $line" ;;
+	esac
+}
+# a fork while a handshake runs (its HELLO held back 400 ms): the fork does
+# not wait for it, and the parent's copy goes back to the stream when the
+# handshake ends
+fork_mid forkmid hello-delay=400 100000 "the handshake"
 # a fork while the upgrade's thread is at work and does not run (held
-# 400 ms, counted busy, by the fault point busy-delay): the fork does not
-# wait for it either
-victim forkbusy WSD_LIB="$lib" WSD_FAULT=busy-delay=400 "$wsd" run -- "$stall" forkmid "$port"
-echo "$line (its thread at work)"
-us=$(echo "$line" | sed -n 's/^forkmid: fork \([0-9]*\) us.*/\1/p')
-[ "$us" -le "$maxfork" ] || fail "the fork waited for a thread at work: $us us"
-case $line in
-*"parent on tcp"*) ;;
-*) fail "the parent's copy did not go back to the stream: $line" ;;
-esac
+# 400 ms, counted busy): the fork does not wait for it either
+fork_mid forkbusy busy-delay=400 "$maxfork" "a thread at work"
 touch "$tmp/stop"
 kill -0 "$server" 2>/dev/null || fail "the server died"
 echo "PASS: behind a squatted registry the victim upgraded elsewhere and forked without waiting"
