@@ -354,6 +354,7 @@ static ssize_t kernel_recv(struct wsd_sock *s, struct cursor *c, size_t max, int
 ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 {
 	size_t want = cur_left(c);
+	bool keep;
 	ssize_t n;
 
 	if (peer_bypass(s->sess))
@@ -411,10 +412,19 @@ ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 		}
 		/*
 		 * TCP: the peer may switch at any moment; bytes past N are its
-		 * proof, then bells.
+		 * proof, then bells.  A proof that is not ours to take (another
+		 * thread's receive sleeps: proof_ours) stays where it is: look
+		 * first, then take only what comes before it.
 		 */
-		n = kernel_recv(s, c, want, (flags & MSG_PEEK) | MSG_DONTWAIT);
+		keep = !(flags & MSG_PEEK) && !proof_ours(s);
+		n = kernel_recv(s, c, want, (flags & MSG_PEEK) | MSG_DONTWAIT | (keep ? MSG_PEEK : 0));
 		check_switch(s, false);
+		if (keep && n > 0) {
+			if (s->rx_mode != DIR_TCP && (uint64_t)n > s->rx_switch_at - s->tcp_rx)
+				n = (ssize_t)(s->rx_switch_at - s->tcp_rx);
+			if (n > 0)
+				n = kernel_recv(s, c, (size_t)n, MSG_DONTWAIT);
+		}
 		if (s->rx_mode != DIR_TCP) {
 			uint64_t left = s->rx_switch_at - s->tcp_rx;
 
@@ -530,12 +540,12 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 			n = rx_step(s, c, flags);
 		if (n == -EAGAIN) {
 			if (!nonblock)
-				sleeper_enter(s);
+				rx_sleeper_enter(s);
 			arm_data(s, !nonblock);
 			asleep_armed = !nonblock;
 			n = rx_step(s, c, flags);
 			if (n != -EAGAIN && !nonblock)
-				sleeper_leave(s);
+				rx_sleeper_leave(s);
 		}
 		if (n != -EAGAIN)
 			n = post_settle(s, c, flags, n);

@@ -269,6 +269,7 @@ struct wsd_sock {
 	/* blocking-wait bookkeeping (mu) */
 	int plain_waiters;           /* inside a real blocking recv before the switch */
 	int sleepers;                /* inside a doorbell wait */
+	int rx_sleepers;             /* the receives among them (proof_ours) */
 	bool rx_ready_sent;
 	/*
 	 * The program closed its last fd: a session that attaches now never

@@ -35,6 +35,63 @@ void sleeper_leave(struct wsd_sock *s)
 }
 
 /*
+ * A blocking receive's sleep, from before its last look until it is awake
+ * again (wait_fd), is also counted among the socket's receivers asleep,
+ * and noted for its thread: the peer's proof on the stream is the only
+ * wake-up such a receiver may get for the data the peer sent with its
+ * switch, so no other thread takes the proof while one counts (proof_ours).
+ */
+static __thread struct wsd_sock *rx_asleep_on;
+
+void rx_sleeper_enter(struct wsd_sock *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->sleepers++;
+	s->rx_sleepers++;
+	pthread_mutex_unlock(&s->mu);
+	rx_asleep_on = s;
+}
+
+/* mu held: a receive counted by rx_sleeper_enter is no longer a sleeper. */
+static void rx_sleeper_gone(struct wsd_sock *s)
+{
+	s->sleepers--;
+	s->rx_sleepers--;
+	rx_asleep_on = NULL;
+}
+
+void rx_sleeper_leave(struct wsd_sock *s)
+{
+	pthread_mutex_lock(&s->mu);
+	rx_sleeper_gone(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/*
+ * rx_lock held, the peer's proof (or part of it) on the stream: whether
+ * this thread may take it.  Its bytes woke every receiver asleep in the
+ * kernel socket when they came; one that has not run since would sleep on
+ * once they are gone, with the data they announce in its ring (a doorbell
+ * after the proof is not rung over verbs: to_ring).  So while a receive
+ * counts as asleep, only such a receive takes the proof, in its own look;
+ * any other thread (a poll, a sender's wait, a receive that does not
+ * sleep) leaves it, and the sleeper, whose peek now finds it, comes back
+ * for it.  The receivers asleep always wake for it: no thread waits for
+ * another here.
+ */
+bool proof_ours(struct wsd_sock *s)
+{
+	bool ours;
+
+	if (rx_asleep_on == s)
+		return true;
+	pthread_mutex_lock(&s->mu);
+	ours = !s->rx_sleepers;
+	pthread_mutex_unlock(&s->mu);
+	return ours;
+}
+
+/*
  * rx_lock held: write a new arm word, and note what it stands for.  The
  * peer's announced bells are read BEFORE the word goes out: read after,
  * they could already count the bell the peer rang for this very word, and
@@ -208,7 +265,10 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	note_wait(s, for_rx);
 	/* its last fd closed: the number may be another file's (sock.c, last_close) */
 	if (atomic_load(&s->closed)) {
-		sleeper_leave(s);
+		if (for_rx)
+			rx_sleeper_leave(s);
+		else
+			sleeper_leave(s);
 		return -EBADF;
 	}
 	if (peek) {
@@ -250,7 +310,10 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	pthread_mutex_lock(&s->mu);
 	if (atomic_load(&s->closed)) {
 		/* closed while we slept: its doorbells are not ours to read */
-		s->sleepers--;
+		if (for_rx)
+			rx_sleeper_gone(s);
+		else
+			s->sleepers--;
 		pthread_mutex_unlock(&s->mu);
 		return -EBADF;
 	}
@@ -261,7 +324,10 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		/* the bells it read may have been an epoll set's (parked there) */
 		wsd_poll_sock_unpark(s);
 	}
-	s->sleepers--;
+	if (for_rx)
+		rx_sleeper_gone(s);
+	else
+		s->sleepers--;
 	pthread_mutex_unlock(&s->mu);
 	/* the peer's switch reset for a bypass: its word tells (the caller's next look) */
 	if (e && e != EINTR && e != EAGAIN && peer_bypass(s->sess))

@@ -17,6 +17,13 @@
  * between its last look and its sleep (the test build holds it there,
  * sleep-race), and the proof is then no wake-up for it.
  *
+ * The server listens on WSD_TEST_ADDR (default 127.0.0.1: the VM rig runs
+ * it across its wire).  With WSD_EXPECT_PATH set, a connection's turns go
+ * on past TURNS until it has taken that path (wsd_switch_path) and made two
+ * more turns there, MAX_TURNS at most: over verbs a new connection's
+ * upgrade takes longer than TURNS, and the server's direction switches at
+ * its first echo after it.
+ *
  * Prints "ok N" after N connections of TURNS rounds each, all echoed;
  * exits 1 at the first wait that took LATE_MS or more (the echo in the ring
  * all along, nothing left to wake its waiter: something else woke it, late,
@@ -25,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -42,6 +50,7 @@
 #include <unistd.h>
 
 #define TURNS 3
+#define MAX_TURNS 300     /* with WSD_EXPECT_PATH: 6 s of turns or more */
 #define WAIT_MS 10000
 #define LATE_MS 3000      /* a wait this long slept through its wake-up */
 #define LEAD_US 20000     /* the server's answer goes first by this much */
@@ -79,8 +88,9 @@ static void server(int lfd, int conns)
 
 		if (fd < 0)
 			die("accept");
-		for (int i = 0; i < TURNS; i++) {
-			if (recv(fd, &c, 1, MSG_WAITALL) != 1)
+		/* each byte echoed, until the client closes */
+		for (ssize_t n; (n = recv(fd, &c, 1, MSG_WAITALL)) != 0;) {
+			if (n != 1)
 				die("server recv");
 			if (send(fd, &c, 1, MSG_NOSIGNAL) != 1)
 				die("server send");
@@ -94,6 +104,8 @@ int main(int argc, char **argv)
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(a);
 	int lfd, conns, status, go[2];
+	const char *want = getenv("WSD_EXPECT_PATH");
+	const char *(*path_of)(int) = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
 	bool threads;
 	pid_t pid;
 
@@ -103,6 +115,14 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	threads = argc == 3;
+	if (getenv("WSD_TEST_ADDR") && inet_pton(AF_INET, getenv("WSD_TEST_ADDR"), &a.sin_addr) != 1) {
+		fprintf(stderr, "proofwake: WSD_TEST_ADDR is not an IPv4 address\n");
+		return 2;
+	}
+	if (want && !path_of) {
+		fprintf(stderr, "proofwake: WSD_EXPECT_PATH without the switch\n");
+		return 2;
+	}
 	/* the server forks first and listens itself: a listener shared by a fork stays on TCP */
 	if (pipe(go))
 		die("pipe");
@@ -133,7 +153,7 @@ int main(int argc, char **argv)
 			die("connect");
 		if (threads && (errno = pthread_create(&t, NULL, look, &l)))
 			die("pthread_create");
-		for (int i = 0; i < TURNS; i++) {
+		for (int i = 0, there = 0; i < TURNS || (want && there < 2); i++) {
 			char c = (char)(k + i), d = 0;
 			struct timespec t0, t1;
 			ssize_t n;
@@ -159,6 +179,15 @@ int main(int argc, char **argv)
 				n = recv(fd, &d, 1, MSG_DONTWAIT);
 			if (n != 1 || d != c)
 				die("the echo");
+			if (want && !strcmp(path_of(fd), want))
+				there++;
+			if (want && i + 1 == MAX_TURNS) {
+				printf("connection %d: path %s after %d turns, not %s\n", k,
+				       path_of(fd), MAX_TURNS, want);
+				fflush(stdout);
+				kill(pid, SIGKILL);
+				return 1;
+			}
 		}
 		if (threads) {
 			atomic_store(&l.stop, true);

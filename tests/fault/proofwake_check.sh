@@ -14,9 +14,11 @@
 # Then a blocking receiver whose other thread polls the socket: that poll
 # reads the proof while sleep-race holds the receiver between its last look
 # and its sleep, and the receiver slept until its SO_RCVTIMEO (10 s) in the
-# first few connections.  Now the sender (on shm, where this runs; not yet
-# over verbs) rings after its proof when the
-# receiver armed.  About 4 s.
+# first few connections.  Now the sender rings after its proof when the
+# receiver armed (on shm; not over verbs), and the polling thread leaves a
+# proof that a sleeping receive waits for to that receive (proof_ours):
+# the third run turns the bell off (no-proof-bell), as over verbs, and so
+# checks that rule alone.  About 6 s.
 set -u
 top=${top_builddir:-.}
 lib=$top/tests/fault/.libs/libwsd_fault.so
@@ -30,7 +32,7 @@ trap 'rm -rf "$tmp"' EXIT
 # and POINT's window held 100 ms open; fails unless all were echoed in time
 # and the window opened
 run() {
-	WSD_LIB=$lib WSD_FAULT="proof-delay=60@1+,$1=100000@1+" WSD_UPGRADE_BYTES=1 \
+	WSD_LIB=$lib WSD_FAULT="proof-delay=60@1+,$1=100000@1+${3:-}" WSD_UPGRADE_BYTES=1 \
 		timeout -s KILL 120 "$top/wsd/wsd" run -- "$prog" 10 ${2:-} >"$tmp/out" 2>"$tmp/err"
 	rc=$?
 	cat "$tmp/out"
@@ -48,4 +50,9 @@ echo "ok: 10 connections echoed at once, a proof inside the park window"
 # The program's other thread reads the proof while the receiving thread is
 # between its last look and its sleep (sleep-race holds it there).
 run sleep-race thread
-echo "PASS: a proof in either window: both waiters woke"
+echo "ok: the receiving thread woke, its proof read by the other thread's poll"
+# The same without the bell after the proof: the poll must leave the proof.
+run sleep-race thread ,no-proof-bell@1+
+grep -q "no-proof-bell fires" "$tmp/err" ||
+	{ echo "FAIL: the bell after the proof was not turned off"; exit 1; }
+echo "PASS: a proof in either window, with and without the bell after it: all waiters woke"
