@@ -27,13 +27,16 @@
  *        and exits, then the parent 20 more, after the handshake ended:
  *        it must be on TCP (back), every answer right.  Prints
  *          "forkmid: fork U us; parent on PATH"
- *   stall forks
- *        the same 20 forks with no connection at all (the baseline)
+ *   stall forks [THREADS]
+ *        the same 20 forks with no connection at all (the baseline), with
+ *        THREADS more threads that wait for ever (as many as a victim had
+ *        besides its own: a threaded process's fork costs the kernel more)
  *
  * Every wait is bounded; each program exits by itself.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -188,9 +191,29 @@ static int cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* FORKS forks, each child gone at once: the parent's time in fork(), sorted, in t. */
-static void forks(int64_t *t)
+/* A thread that waits for ever (the baseline's stand-in for one of the switch's). */
+static void *idle(void *fd)
 {
+	char c;
+
+	(void)!read(*(int *)fd, &c, 1);
+	return NULL;
+}
+
+/*
+ * FORKS forks, each child gone at once: the parent's time in fork(),
+ * sorted, in t.  Returns the process's threads as it forks (a fork of a
+ * threaded process costs the kernel more: the baseline's threads match).
+ */
+static int forks(int64_t *t)
+{
+	int threads = 0;
+	DIR *d = opendir("/proc/self/task");
+
+	for (struct dirent *e; d && (e = readdir(d));)
+		threads += e->d_name[0] != '.';
+	if (d)
+		closedir(d);
 	for (int i = 0; i < FORKS; i++) {
 		int64_t t0 = now_us();
 		pid_t pid = fork();
@@ -203,6 +226,7 @@ static void forks(int64_t *t)
 		waitpid(pid, NULL, 0);
 	}
 	qsort(t, FORKS, sizeof(*t), cmp);
+	return threads;
 }
 
 static int victim(int squat_port, int server_port)
@@ -210,7 +234,7 @@ static int victim(int squat_port, int server_port)
 	const char *(*path)(int) = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
 	int64_t t[FORKS], t0;
 	const char *p = "none";
-	int a, b, bad = 0;
+	int a, b, bad = 0, th;
 
 	if (!path) {
 		fprintf(stderr, "victim: not under wsd run\n");
@@ -232,11 +256,11 @@ static int victim(int squat_port, int server_port)
 	t0 = now_us() - t0;
 	/* the squatter's connection still waits for its upgrade */
 	bad |= exchange(a, 99);
-	forks(t);
+	th = forks(t);
 	bad |= exchange(a, 100) | exchange(b, 100);
-	printf("victim: server on %s after %lld ms; fork p50 %lld us max %lld us%s\n",
+	printf("victim: server on %s after %lld ms; fork p50 %lld us max %lld us; %d threads%s\n",
 	       p ? p : "none", (long long)t0 / 1000, (long long)t[FORKS / 2],
-	       (long long)t[FORKS - 1], bad ? "; WRONG ANSWERS" : "");
+	       (long long)t[FORKS - 1], th, bad ? "; WRONG ANSWERS" : "");
 	close(a);
 	close(b);
 	return bad ? 1 : 0;
@@ -252,10 +276,12 @@ int main(int argc, char **argv)
 		int64_t t[FORKS];
 		int c = dial(atoi(argv[2])), bad = exchange(c, 1);
 
+		int th;
+
 		close(c);
-		forks(t);
-		printf("quick: fork p50 %lld us max %lld us%s\n", (long long)t[FORKS / 2],
-		       (long long)t[FORKS - 1], bad ? "; WRONG ANSWERS" : "");
+		th = forks(t);
+		printf("quick: fork p50 %lld us max %lld us; %d threads%s\n", (long long)t[FORKS / 2],
+		       (long long)t[FORKS - 1], th, bad ? "; WRONG ANSWERS" : "");
 		return bad ? 1 : 0;
 	}
 	if (argc == 3 && !strcmp(argv[1], "forkmid")) {
@@ -285,15 +311,23 @@ int main(int argc, char **argv)
 		       bad ? "; WRONG ANSWERS" : "");
 		return bad || st ? 1 : 0;
 	}
-	if (argc == 2 && !strcmp(argv[1], "forks")) {
+	if ((argc == 2 || argc == 3) && !strcmp(argv[1], "forks")) {
 		int64_t t[FORKS];
+		int n = argc == 3 ? atoi(argv[2]) : 0, hold[2];
+		pthread_t th;
 
+		if (pipe(hold))
+			die("pipe");
+		for (int i = 0; i < n; i++)
+			if ((errno = pthread_create(&th, NULL, idle, &hold[0])))
+				die("pthread_create");
+		usleep(10000);
 		forks(t);
 		printf("forks: p50 %lld us max %lld us\n", (long long)t[FORKS / 2],
 		       (long long)t[FORKS - 1]);
 		return 0;
 	}
 	fprintf(stderr, "usage: stall squat PORTFILE STOPFILE | victim SQUATPORT SERVERPORT |\n"
-		"       quick SERVERPORT | forkmid SERVERPORT | forks\n");
+		"       quick SERVERPORT | forkmid SERVERPORT | forks [THREADS]\n");
 	return 2;
 }
