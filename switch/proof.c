@@ -113,9 +113,10 @@ static bool to_ring(struct wsd_sock *s, int64_t written)
 	 * other's data, with both QPs' PSNs equal (no write outstanding).
 	 * There a receive asleep keeps the proof for itself (proof_ours): no
 	 * other thread's look takes its wake-up.  The test build's
-	 * no-proof-bell runs shm so (tests/fault/proofwake_check.sh).
+	 * no-proof-bell runs shm so (tests/fault/proofwake_check.sh).  With
+	 * no proof (waived) the bell is the only wake-up: rung on both.
 	 */
-	if ((no_proof || s->sess->path != PATH_VERBS) && !wsd_fault("no-proof-bell", NULL))
+	if (no_proof || (s->sess->path != PATH_VERBS && !wsd_fault("no-proof-bell", NULL)))
 		ring_data(s);
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
