@@ -4,11 +4,15 @@
 # any rendezvous there waits.  The victim, under wsd run, talks to that
 # service first (its upgrade can only wait, or time out), then to an honest
 # wsd server: that connection must still move to shm, and the victim's
-# forks must not wait for the upgrade in hand (at most 1 ms more than a
-# fork without wsd, at the median, of a process with as many threads:
-# the kernel's fork of a threaded process costs more, on this machine
-# class 0.15 ms for four idle threads when quiet and up to 0.7 ms under
-# load, and the baseline pays it too).  Then the same forks without any
+# forks must not wait for the upgrade in hand: none takes 100 ms, and the
+# quickest at most 2 ms more than the quickest fork without wsd of a
+# process with as many threads (the kernel's fork of a threaded process
+# costs more: on this machine class 0.15 ms for four idle threads when
+# quiet, up to 0.7 ms under load).  The quickest, not the median: a wait
+# would slow every fork, while a loaded machine (CI's, beside the VM rig)
+# slows some by a millisecond or two, wsd or not.  What wsd adds to the
+# quickest is about 0.5 ms on a quiet machine and was 0.4 to 0.9 ms beside
+# a CI run; each run prints it.  Then the same forks without any
 # attacker, right after a short connection to the server.
 set -u
 . "${srcdir:-.}/tests/attack/priv.sh"
@@ -22,7 +26,7 @@ sport=$(cat "$tmp/squat.port")
 start_server
 
 "$stall" forks >"$tmp/base.out" 2>&1 || fail "the baseline forks failed"
-base=$(sed -n 's/^forks: p50 \([0-9]*\) us.*/\1/p' "$tmp/base.out")
+base=$(sed -n 's/^forks: min [0-9]* us p50 \([0-9]*\) us.*/\1/p' "$tmp/base.out")
 
 # victim NAME [ENV...] -- ARGS: stall ARGS under wsd run (with ENV), ended
 # within 20 s and exit 0; its line of output in $line
@@ -36,24 +40,26 @@ victim() {
 	wait "$v" || fail "$vname: a wrong answer or none"
 	line=$(cat "$tmp/$vname.out")
 }
-# forks_fast WHAT: $line's median fork at most 1 ms above a plain one
-# with as many threads, taken right after it (the load alike), and none
-# 100 ms (a loaded machine may hold one back; a wait for an upgrade is
-# 200 ms to seconds).  A sanitizer build's fork waits up to 200 ms for a
-# thread of ours at work (its allocator has no fork handling,
-# switch/proc.c): there the bound is 300 ms.
+# forks_fast WHAT: $line's quickest fork at most 2 ms above the quickest
+# of a plain process with as many threads, taken right after it (the load
+# alike), and none 100 ms (a loaded machine may hold one back; a wait for
+# an upgrade is 200 ms to seconds).  A sanitizer build's fork waits up to
+# 200 ms for a thread of ours at work (its allocator has no fork
+# handling, switch/proc.c): there the bound is 300 ms.
 maxfork=100000
 [ -n "${WSD_TEST_SANITIZERS:-}" ] && maxfork=300000
 forks_fast() {
-	p50=$(echo "$line" | sed -n 's/.*fork p50 \([0-9]*\) us.*/\1/p')
+	min=$(echo "$line" | sed -n 's/.*fork min \([0-9]*\) us.*/\1/p')
 	max=$(echo "$line" | sed -n 's/.* max \([0-9]*\) us.*/\1/p')
 	th=$(echo "$line" | sed -n 's/.*; \([0-9]*\) threads.*/\1/p')
-	[ -n "$th" ] && [ "$th" -ge 1 ] || fail "$1: no thread count in: $line"
-	tbase=$("$stall" forks $((th - 1)) | sed -n 's/^forks: p50 \([0-9]*\) us.*/\1/p')
+	[ -n "$min" ] && [ -n "$th" ] && [ "$th" -ge 1 ] || fail "$1: not understood: $line"
+	tline=$("$stall" forks $((th - 1)))
+	tbase=$(echo "$tline" | sed -n 's/^forks: min \([0-9]*\) us.*/\1/p')
 	[ -n "$tbase" ] || fail "the baseline forks with $((th - 1)) threads failed"
-	echo "(a fork without wsd of a process with $th threads: p50 $tbase us)"
-	[ "$p50" -le $((tbase + 1000)) ] ||
-		fail "$1: p50 $p50 us, without wsd $tbase us ($th threads), $base us (one)"
+	echo "(a fork without wsd of a process with $th threads: ${tline#forks: };" \
+		"wsd adds $((min - tbase)) us to the quickest)"
+	[ "$min" -le $((tbase + 2000)) ] ||
+		fail "$1: the quickest fork $min us, without wsd $tbase us ($th threads)"
 	[ "$max" -le "$maxfork" ] || fail "$1: max $max us"
 }
 
