@@ -52,18 +52,20 @@ void rx_sleeper_enter(struct wsd_sock *s)
 	rx_asleep_on = s;
 }
 
-/* mu held: a receive counted by rx_sleeper_enter is no longer a sleeper. */
-static void rx_sleeper_gone(struct wsd_sock *s)
+/* mu held: a sleeper (a receive counted by rx_sleeper_enter, for_rx) is one no longer. */
+static void sleeper_gone(struct wsd_sock *s, bool for_rx)
 {
 	s->sleepers--;
-	s->rx_sleepers--;
-	rx_asleep_on = NULL;
+	if (for_rx) {
+		s->rx_sleepers--;
+		rx_asleep_on = NULL;
+	}
 }
 
 void rx_sleeper_leave(struct wsd_sock *s)
 {
 	pthread_mutex_lock(&s->mu);
-	rx_sleeper_gone(s);
+	sleeper_gone(s, true);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -265,10 +267,9 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	note_wait(s, for_rx);
 	/* its last fd closed: the number may be another file's (sock.c, last_close) */
 	if (atomic_load(&s->closed)) {
-		if (for_rx)
-			rx_sleeper_leave(s);
-		else
-			sleeper_leave(s);
+		pthread_mutex_lock(&s->mu);
+		sleeper_gone(s, for_rx);
+		pthread_mutex_unlock(&s->mu);
 		return -EBADF;
 	}
 	if (peek) {
@@ -310,10 +311,7 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	pthread_mutex_lock(&s->mu);
 	if (atomic_load(&s->closed)) {
 		/* closed while we slept: its doorbells are not ours to read */
-		if (for_rx)
-			rx_sleeper_gone(s);
-		else
-			s->sleepers--;
+		sleeper_gone(s, for_rx);
 		pthread_mutex_unlock(&s->mu);
 		return -EBADF;
 	}
@@ -324,10 +322,7 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 		/* the bells it read may have been an epoll set's (parked there) */
 		wsd_poll_sock_unpark(s);
 	}
-	if (for_rx)
-		rx_sleeper_gone(s);
-	else
-		s->sleepers--;
+	sleeper_gone(s, for_rx);
 	pthread_mutex_unlock(&s->mu);
 	/* the peer's switch reset for a bypass: its word tells (the caller's next look) */
 	if (e && e != EINTR && e != EAGAIN && peer_bypass(s->sess))
