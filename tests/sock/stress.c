@@ -527,7 +527,8 @@ static void run(struct peer *ctl, const int *fds, int me)
 		char cmd[512];
 
 		keep_from_children(c);
-		snprintf(cmd, sizeof(cmd), "%s stat %d >&2", getenv("WSD_BIN"), (int)getpid());
+		snprintf(cmd, sizeof(cmd), "%s stat %d 2>&1 | sed 's/^/stress: wsd stat: /' >&2",
+			 getenv("WSD_BIN"), (int)getpid());
 		if (system(cmd) != 0)
 			fprintf(stderr, "(%s failed)\n", cmd);
 	}
