@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <time.h>
 
 #include "switch/sess_int.h"
 
@@ -166,13 +167,47 @@ bool serve_back(struct wsd_sock *s)
 	return go_back(s) == 0;
 }
 
+/*
+ * A receiving thread's way to tx_lock: true with it held, false without it
+ * once this direction is back on the stream.  A sender gone back may hold
+ * tx_lock in a blocking kernel send for as long as the peer does not read
+ * the stream, and the peer reads it only once its ring is read up to our
+ * BACK, perhaps by the very thread that would wait here: a plain lock,
+ * taken after a look that saw the direction not back yet, could wait for
+ * ever (the stall handover went back while we waited).  So the lock is
+ * waited for in slices, the direction looked at between them.
+ */
+bool tx_lock_unless_back(struct wsd_sock *s)
+{
+	for (;;) {
+		struct timespec t;
+
+		if (__atomic_load_n(&s->tx_back, __ATOMIC_ACQUIRE))
+			return false;
+		clock_gettime(CLOCK_REALTIME, &t);
+		t.tv_nsec += TICK_MS * 1000000L;
+		if (t.tv_nsec >= 1000000000L) {
+			t.tv_sec++;
+			t.tv_nsec -= 1000000000L;
+		}
+		if (!pthread_mutex_timedlock(&s->tx_lock, &t))
+			break;
+	}
+	if (s->tx_back) {
+		pthread_mutex_unlock(&s->tx_lock);
+		return false;
+	}
+	return true;
+}
+
 /* Not holding tx_lock: as serve_back. */
 void serve_back_unlocked(struct wsd_sock *s)
 {
 	if (!s->sess || s->tx_back ||
 	    !ctl_get(s->sess, CW_BACK_REQ))
 		return;
-	pthread_mutex_lock(&s->tx_lock);
+	if (!tx_lock_unless_back(s))
+		return;
 	serve_back(s);
 	pthread_mutex_unlock(&s->tx_lock);
 }

@@ -133,11 +133,11 @@ void ring_space(struct wsd_sock *s)
 	 * A direction back on the stream rings no more (tx_switch says no),
 	 * and its sender may sit in a blocking kernel send holding tx_lock
 	 * until the peer reads the stream, which the peer does only once we
-	 * read our ring up to its BACK: do not wait for that lock here.
+	 * read our ring up to its BACK: do not wait for that lock here, nor
+	 * go on waiting for it once the direction has gone back meanwhile.
 	 */
-	if (v == ss->rung_space || s->tx_back)
+	if (v == ss->rung_space || !tx_lock_unless_back(s))
 		return;
-	pthread_mutex_lock(&s->tx_lock);
 	if (tx_switch(s)) {
 		ss->rung_space = v;
 		doorbell(s);

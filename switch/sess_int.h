@@ -122,6 +122,7 @@ void plain_again(struct wsd_sock *s, enum wsd_reason why);
 int go_back(struct wsd_sock *s);
 bool serve_back(struct wsd_sock *s);
 void serve_back_unlocked(struct wsd_sock *s);
+bool tx_lock_unless_back(struct wsd_sock *s);
 void check_back(struct wsd_sock *s);
 int skip_bells(struct wsd_sock *s, uint64_t *left, uint64_t end);
 int skip_owed(struct wsd_sock *s);
