@@ -273,6 +273,21 @@ static inline int64_t wsd_now_ms(void)
 	return wsd_now_ns() / 1000000;
 }
 
+/* clock's time ns (>= 0) from now, as pthread's timed waits take it. */
+static inline struct timespec wsd_timespec_in(clockid_t clock, int64_t ns)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	ts.tv_sec += (time_t)(ns / 1000000000);
+	ts.tv_nsec += (long)(ns % 1000000000);
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	return ts;
+}
+
 /* The ms from now to a deadline (wsd_now_ms), 0 once past; -1 for none (-1). */
 static inline int wsd_ms_left(int64_t deadline)
 {

@@ -110,14 +110,8 @@ int wsd_port_wait(struct wsd_port *p, uint32_t *bytes, uintptr_t *key, WSAOVERLA
 	}
 	p->waiters++;
 	pthread_mutex_unlock(&p->state_lock);
-	clock_gettime(CLOCK_REALTIME, &dl);
 	if (timeout_ms >= 0) {
-		dl.tv_sec += timeout_ms / 1000;
-		dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-		if (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
+		dl = wsd_timespec_in(CLOCK_REALTIME, (int64_t)timeout_ms * 1000000);
 		ret = pthread_mutex_timedlock(&p->cq_lock, &dl);
 	} else {
 		ret = pthread_mutex_lock(&p->cq_lock);

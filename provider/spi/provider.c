@@ -421,12 +421,7 @@ void wsp_wait_step(struct wsp_provider *pv, int64_t spin_end)
 		pthread_mutex_lock(&pv->lock);
 		return;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_nsec += WAIT_STEP_NS;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
+	ts = wsd_timespec_in(CLOCK_MONOTONIC, WAIT_STEP_NS);
 	bool away = wsd_threads_away();   /* blocks: a fork need not wait for it */
 
 	pthread_cond_timedwait(&pv->cond, &pv->lock, &ts);
