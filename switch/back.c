@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
-#include <time.h>
 
 #include "switch/sess_int.h"
 
@@ -184,12 +183,9 @@ bool tx_lock_unless_back(struct wsd_sock *s)
 
 		if (__atomic_load_n(&s->tx_back, __ATOMIC_ACQUIRE))
 			return false;
-		clock_gettime(CLOCK_REALTIME, &t);
-		t.tv_nsec += TICK_MS * 1000000L;
-		if (t.tv_nsec >= 1000000000L) {
-			t.tv_sec++;
-			t.tv_nsec -= 1000000000L;
-		}
+		if (!pthread_mutex_trylock(&s->tx_lock))
+			break;
+		t = wsd_timespec_in(CLOCK_REALTIME, TICK_MS * 1000000LL);
 		if (!pthread_mutex_timedlock(&s->tx_lock, &t))
 			break;
 	}
