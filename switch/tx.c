@@ -225,9 +225,18 @@ static bool stall_back(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
 
+	long ms;
+
 	wsd_debug("switch: fd %d: both ends wait for room: back to the stream", s->fd);
 	if (!ss->back_asked && !put_word(ss, W_TX, CW_BACK_REQ, 1))
 		ss->back_asked = true;
+	/*
+	 * A test's window (tests/fault/stall_check.sh): tx_lock held, the peer
+	 * asked back, our BACK not yet sent.  A receive of ours that sees the
+	 * peer's request now must not wait for this lock past our going back.
+	 */
+	if (wsd_fault("back-hold", &ms))
+		usleep((useconds_t)ms * 1000);
 	return go_back(s) == 0;
 }
 
