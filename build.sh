@@ -3,7 +3,8 @@
 #   ./build.sh demo    install what is missing, build, run the demo (the main job)
 #   ./build.sh check   install what is missing, build, run the whole test suite
 #   ./build.sh asan    the same tests in a separate AddressSanitizer/UBSan build
-#   ./build.sh bench   build and print the benchmarks' figures (bench_nd, wsd bench)
+#   ./build.sh bench [OPTION...]  build and print the benchmarks' figures (bench_nd,
+#                      wsd bench, given the OPTIONs: --quick, --only SECTION, ...)
 #   ./build.sh deb     build the Debian packages (libwsd0, libwsd-dev, wsd) into
 #                      _build-deb/ and check them with lintian
 set -eu
@@ -78,7 +79,8 @@ bench)
 	make -j"$(nproc)" tests/bench_nd tests/sock/connrate
 	./tests/bench_nd
 	./tests/sock/connrate_bench.sh
-	./wsd/wsd bench --svg wsd-bench.svg
+	shift
+	./wsd/wsd bench --svg wsd-bench.svg "$@"
 	;;
 *)
 	echo "usage: ./build.sh demo|check|asan|bench|deb" >&2
