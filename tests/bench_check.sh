@@ -75,7 +75,8 @@ for v in iperf3_1M_ratio stream_1MiB_reused_vs_ucx_tag_bw; do
 		grep -q "^bench: $v " "$tmp/a.out" || fail "no verdict line for $v"
 	fi
 done
-echo "ok: wsd bench --quick"
+echo "ok: wsd bench --quick; its verdicts (measured beside make check's other tests):"
+grep '^bench: ' "$tmp/a.out"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$wsd" bench --serve --port "$port" >"$tmp/serve.out" 2>&1 &

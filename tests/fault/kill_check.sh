@@ -13,11 +13,12 @@
 # WSD_FAULT_ROUNDS=1 runs round S again (the delay is a time, so the byte
 # at which the kill lands varies with the machine's load).
 # WSD_FAULT_ROUNDS (default 100) and WSD_FAULT_BYTES (default 1 GiB) make
-# a shorter run.
+# a shorter run; WSD_KILL_ROUNDS, when set, takes the place of
+# WSD_FAULT_ROUNDS here alone (CI's sanitizer build runs 30 rounds so).
 set -u
 . "${srcdir:-.}/tests/attack/common.sh"
 stream=${top_builddir:-.}/tests/fault/stream
-rounds=${WSD_FAULT_ROUNDS:-100}
+rounds=${WSD_KILL_ROUNDS:-${WSD_FAULT_ROUNDS:-100}}
 bytes=${WSD_FAULT_BYTES:-1073741824}
 seed0=${WSD_FAULT_SEED:-$(( $(date +%s) % 100000 * 1000 ))}
 # the kill lands up to this long after the receiver saw the ring; a 1 GiB
