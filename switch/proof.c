@@ -100,23 +100,17 @@ static bool to_ring(struct wsd_sock *s, int64_t written)
 	 * A bell too, if the peer armed, proof or not: a proof is no wake-up
 	 * the peer can count on.  Any look of the peer's at its socket may take
 	 * it (a sender's wait, another thread's call, an epoll set deciding
-	 * whether to park it), and a look that reports nothing leaves a waiter
+	 * whether to park it, or a second blocking receive, which proof_ours
+	 * lets take it), and a look that reports nothing leaves a waiter
 	 * asleep on a stream that carries nothing more, with the data it waits
-	 * for already in its ring.
-	 *
-	 * Not on verbs: with this bell the VM rig's many.pair, a thousand
-	 * connections switching at once on one QP, hangs under a loaded host
-	 * (two CI runs of four; beside a CI run, 5 debug rounds of 10 did not
-	 * finish, 2 caught idle for over 100 s), and never without it.  Not a
-	 * stuck QP: in the one hang caught whole both programs' threads slept
-	 * in recv(MSG_PEEK) on one connection's warm-up exchange, each for the
-	 * other's data, with both QPs' PSNs equal (no write outstanding).
-	 * There a receive asleep keeps the proof for itself (proof_ours): no
-	 * other thread's look takes its wake-up.  The test build's
-	 * no-proof-bell runs shm so (tests/fault/proofwake_check.sh).  With
-	 * no proof (waived) the bell is the only wake-up: rung on both.
+	 * for already in its ring (tests/fault/proofwake_check.sh, twin).
+	 * On verbs too: the hang of the VM rig's many.pair under load that
+	 * once kept it off there was not seen again once the rig's wire kept
+	 * rxe's packets in order (84b2486).
+	 * The test build's no-proof-bell turns it off.  With no proof (waived)
+	 * the bell is the only wake-up.
 	 */
-	if (no_proof || (s->sess->path != PATH_VERBS && !wsd_fault("no-proof-bell", NULL)))
+	if (no_proof || !wsd_fault("no-proof-bell", NULL))
 		ring_data(s);
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;

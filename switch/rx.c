@@ -414,9 +414,11 @@ ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 		 * TCP: the peer may switch at any moment; bytes past N are its
 		 * proof, then bells.  A proof that is not ours to take (another
 		 * thread's receive sleeps: proof_ours) stays where it is: look
-		 * first, then take only what comes before it.
+		 * first, then take only what comes before it.  So too when
+		 * another receive counts as asleep (proof_alone): the proof is
+		 * then ours, but the bell after it is the other's wake-up.
 		 */
-		keep = !(flags & MSG_PEEK) && !proof_ours(s);
+		keep = !(flags & MSG_PEEK) && !proof_alone(s);
 		n = kernel_recv(s, c, want, (flags & MSG_PEEK) | MSG_DONTWAIT | (keep ? MSG_PEEK : 0));
 		check_switch(s, false);
 		if (keep && n > 0) {

@@ -186,6 +186,7 @@ void rx_sleeper_enter(struct wsd_sock *s);
 void rx_sleeper_leave(struct wsd_sock *s);
 /* rx_lock held: may this thread take the peer's proof from the stream? */
 bool proof_ours(struct wsd_sock *s);
+bool proof_alone(struct wsd_sock *s);
 void arm_data(struct wsd_sock *s, bool self);
 /* The last arm word the peer has not rung yet (no bell announced since it went out)? */
 bool arm_unrung(struct wsd_session *ss);

@@ -73,8 +73,9 @@ void rx_sleeper_leave(struct wsd_sock *s)
  * rx_lock held, the peer's proof (or part of it) on the stream: whether
  * this thread may take it.  Its bytes woke every receiver asleep in the
  * kernel socket when they came; one that has not run since would sleep on
- * once they are gone, with the data they announce in its ring (a doorbell
- * after the proof is not rung over verbs: to_ring).  So while a receive
+ * once they are gone, with the data they announce in its ring, were it not
+ * for the doorbell after the proof (to_ring), which the taker must leave
+ * on the stream for it (proof_alone).  So while a receive
  * counts as asleep, only such a receive takes the proof, in its own look;
  * any other thread (a poll, a sender's wait, a receive that does not
  * sleep) leaves it, and the sleeper, whose peek now finds it, comes back
@@ -91,6 +92,22 @@ bool proof_ours(struct wsd_sock *s)
 	ours = !s->rx_sleepers;
 	pthread_mutex_unlock(&s->mu);
 	return ours;
+}
+
+/*
+ * rx_lock held: no receive but this thread's counts as asleep, so the
+ * bells after a proof it takes may go with it.  Else it takes the proof
+ * alone (the stream peeked first, the read cut at the switch point, the
+ * proof then read by its own length), and the bell stays for the others.
+ */
+bool proof_alone(struct wsd_sock *s)
+{
+	int others;
+
+	pthread_mutex_lock(&s->mu);
+	others = s->rx_sleepers - (rx_asleep_on == s ? 1 : 0);
+	pthread_mutex_unlock(&s->mu);
+	return others == 0;
 }
 
 /*

@@ -8,7 +8,7 @@
  * a SWITCH record, the byte, then the proof on the stream), and only then
  * waits: its first look finds the SWITCH with the proof still to come.
  *
- *   proofwake CONNS [thread]
+ *   proofwake CONNS [thread|twin]
  *
  * With "thread", the client waits in a blocking recv instead, while a
  * second thread of its polls the same socket (poll, timeout 0) every
@@ -16,6 +16,16 @@
  * that look may read the server's proof while the receiving thread is
  * between its last look and its sleep (the test build holds it there,
  * sleep-race), and the proof is then no wake-up for it.
+ *
+ * With "twin", two threads of the client receive on the socket at once,
+ * one byte each, and the server answers each byte with two, in one send:
+ * the byte, then the byte plus one.  The first receive starts at once and
+ * sleeps (the test build holds it between its last look and its sleep,
+ * sleep-race); the second starts TWIN_LEAD_US later, after the server's
+ * proof came (proof-delay holds it less than that), takes the proof and
+ * the first byte, and leaves the second in the ring for the first
+ * receive, which must wake for it: the stream carries nothing more unless
+ * the server rang a doorbell after its proof.
  *
  * The server listens on WSD_TEST_ADDR (default 127.0.0.1: the VM rig runs
  * it across its wire).  With WSD_EXPECT_PATH set, a connection's turns go
@@ -54,6 +64,9 @@
 #define WAIT_MS 10000
 #define LATE_MS 3000      /* a wait this long slept through its wake-up */
 #define LEAD_US 20000     /* the server's answer goes first by this much */
+#define TWIN_LEAD_US 80000 /* twin: the second receive starts this much later */
+
+static bool twin;
 
 static void die(const char *what)
 {
@@ -80,6 +93,26 @@ static void *look(void *arg)
 	return NULL;
 }
 
+/* twin: the first receive, timed */
+struct first_recv {
+	int fd;
+	char d;
+	ssize_t n;
+	long ms;
+};
+
+static void *first_recv(void *arg)
+{
+	struct first_recv *f = arg;
+	struct timespec t0, t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	f->n = recv(f->fd, &f->d, 1, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	f->ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	return NULL;
+}
+
 static void server(int lfd, int conns)
 {
 	for (int k = 0; k < conns; k++) {
@@ -92,7 +125,9 @@ static void server(int lfd, int conns)
 		for (ssize_t n; (n = recv(fd, &c, 1, MSG_WAITALL)) != 0;) {
 			if (n != 1)
 				die("server recv");
-			if (send(fd, &c, 1, MSG_NOSIGNAL) != 1)
+			char two[2] = { c, (char)(c + 1) };
+
+			if (send(fd, two, twin ? 2 : 1, MSG_NOSIGNAL) != (twin ? 2 : 1))
 				die("server send");
 		}
 		close(fd);
@@ -110,11 +145,12 @@ int main(int argc, char **argv)
 	pid_t pid;
 
 	if (argc < 2 || argc > 3 || (conns = atoi(argv[1])) <= 0 ||
-	    (argc == 3 && strcmp(argv[2], "thread"))) {
-		fprintf(stderr, "usage: proofwake CONNS [thread]\n");
+	    (argc == 3 && strcmp(argv[2], "thread") && strcmp(argv[2], "twin"))) {
+		fprintf(stderr, "usage: proofwake CONNS [thread|twin]\n");
 		return 2;
 	}
-	threads = argc == 3;
+	twin = argc == 3 && !strcmp(argv[2], "twin");
+	threads = argc == 3 && !twin;
 	if (getenv("WSD_TEST_ADDR") && inet_pton(AF_INET, getenv("WSD_TEST_ADDR"), &a.sin_addr) != 1) {
 		fprintf(stderr, "proofwake: WSD_TEST_ADDR is not an IPv4 address\n");
 		return 2;
@@ -161,6 +197,31 @@ int main(int argc, char **argv)
 
 			if (send(fd, &c, 1, MSG_NOSIGNAL) != 1)
 				die("send");
+			if (twin) {
+				struct first_recv f = { .fd = fd };
+				pthread_t r;
+
+				if ((errno = pthread_create(&r, NULL, first_recv, &f)))
+					die("pthread_create");
+				usleep(TWIN_LEAD_US);
+				clock_gettime(CLOCK_MONOTONIC, &t0);
+				n = recv(fd, &d, 1, 0);
+				clock_gettime(CLOCK_MONOTONIC, &t1);
+				ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+				pthread_join(r, NULL);
+				/* either may be the one left asleep: the roles follow the timing */
+				if (f.n <= 0 || f.ms >= LATE_MS || n <= 0 || ms >= LATE_MS) {
+					printf("connection %d, turn %d: the first recv returned %d after %ld ms, "
+					       "the second %d after %ld ms\n", k, i, (int)f.n, f.ms, (int)n, ms);
+					fflush(stdout);
+					kill(pid, SIGKILL);
+					return 1;
+				}
+				if (n != 1 || (d != c && d != (char)(c + 1)) ||
+				    f.d != (char)(d == c ? c + 1 : c))
+					die("the two bytes");
+				goto turned;
+			}
 			usleep(LEAD_US);
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 			n = threads ? recv(fd, &d, 1, 0) : epoll_wait(ep, &ev, 1, WAIT_MS);
@@ -179,6 +240,7 @@ int main(int argc, char **argv)
 				n = recv(fd, &d, 1, MSG_DONTWAIT);
 			if (n != 1 || d != c)
 				die("the echo");
+turned:
 			if (want && !strcmp(path_of(fd), want))
 				there++;
 			if (want && i + 1 == MAX_TURNS) {

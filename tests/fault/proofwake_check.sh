@@ -17,8 +17,12 @@
 # first few connections.  Now the sender rings after its proof when the
 # receiver armed (on shm; not over verbs), and the polling thread leaves a
 # proof that a sleeping receive waits for to that receive (proof_ours):
-# the third run turns the bell off (no-proof-bell), as over verbs, and so
-# checks that rule alone.  About 6 s.
+# the third run turns the bell off (no-proof-bell) and so checks that rule
+# alone.  Last, two blocking receives on one socket (twin): the second
+# takes the proof and one byte of two while sleep-race holds the first
+# between its last look and its sleep; only the bell after the proof
+# wakes the first (without it, it slept to its 10 s timeout in the first
+# connection).  About 10 s.
 set -u
 top=${top_builddir:-.}
 lib=$top/tests/fault/.libs/libwsd_fault.so
@@ -55,4 +59,7 @@ echo "ok: the receiving thread woke, its proof read by the other thread's poll"
 run sleep-race thread ,no-proof-bell@1+
 grep -q "no-proof-bell fires" "$tmp/err" ||
 	{ echo "FAIL: the bell after the proof was not turned off"; exit 1; }
+# Two receives at once: the one that takes the proof leaves the other's byte in the ring.
+run sleep-race twin
+echo "ok: two receiving threads, the proof taken by one: the other woke for its byte"
 echo "PASS: a proof in either window, with and without the bell after it: all waiters woke"
