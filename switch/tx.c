@@ -224,7 +224,6 @@ bool mutual_wait(struct wsd_sock *s)
 static bool stall_back(struct wsd_sock *s)
 {
 	struct wsd_session *ss = s->sess;
-
 	long ms;
 
 	wsd_debug("switch: fd %d: both ends wait for room: back to the stream", s->fd);
