@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/pair.h"
@@ -396,6 +397,30 @@ START_TEST(send_and_invalidate)
 }
 END_TEST
 
+/*
+ * The result of a send the peer's device refuses.  Over Soft-RoCE it
+ * came after more than 5 s in about one run of a hundred (a full rig, or
+ * nd_rdma_test looped in the guest beside a busy host), and at once in
+ * every other; the cause is not found yet.  Wait past the provider's own
+ * deadline for requests at the device (30 s, provider/verbs/data.c), so
+ * that every outcome ends here, and say how long a slow one took.
+ */
+static struct nd_result wait_for_nak(struct nd_cq *cq)
+{
+	struct timespec a, b;
+	struct nd_result r;
+	long ms;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	r = t_wait(cq, 40000);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	ms = (long)((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000);
+	if (ms > 1000)
+		fprintf(stderr, "the refused send ended after %ld ms: %s\n", ms,
+			nd_strstatus(r.status));
+	return r;
+}
+
 static int peer_bad_invalidate(struct tside *s, void *arg)
 {
 	struct nd_sge g = t_sge(s, 0, 64);
@@ -437,7 +462,7 @@ START_TEST(send_and_invalidate_unbound)
 	 * verbs the sender may see success; the peer has failed it above.
 	 */
 	if (t_verbs())
-		(void)t_wait(s.ocq, 5000);
+		(void)wait_for_nak(s.ocq);
 	else
 		ck_status(t_wait(s.ocq, 5000).status, ND_REMOTE_ERROR);
 	ck_assert_int_eq(pair_finish(&s), 0);
@@ -535,7 +560,7 @@ START_TEST(receive_bad_sge)
 	g = t_sge(&s, 0, 48);
 	ck_status(nd_ep_send(s.ep, NULL, &g, 1, 0), ND_SUCCESS);
 	oob_sync(&s);
-	ck_status(t_wait(s.ocq, 5000).status, ND_REMOTE_ERROR);
+	ck_status(wait_for_nak(s.ocq).status, ND_REMOTE_ERROR);
 	ck_assert_int_eq(pair_finish(&s), 0);
 	tside_close(&s);
 }
