@@ -2,6 +2,7 @@
 /* The transcript, the peers, and the data patterns: see common.h. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -23,14 +24,58 @@ const char *t_argv0;
 
 /* ---- transcript ---------------------------------------------------------- */
 
+/*
+ * Where a hung program stands, on stderr before it exits: for it and its
+ * children (the peers), the switch's view of each connection (wsd stat;
+ * --waits: each one's ring state at its last sleep) and each thread's
+ * state, kernel wait channel, system call and kernel stack.  The sockets
+ * are made close-on-exec first, so that the child system() starts does
+ * not move them back to the stream (switch/proc.c); a second alarm ends
+ * the program should the report itself hang.
+ */
+static void hung_report(void)
+{
+	static const char cmd[] =
+		"for p in $WATCHDOG_PID $(cat /proc/$WATCHDOG_PID/task/*/children 2>/dev/null); do"
+		"  echo \"== process $p ($(cat /proc/$p/comm 2>/dev/null))\";"
+		"  [ -n \"${WSD_BIN:-}\" ] && timeout 20 \"$WSD_BIN\" stat $p &&"
+		"    timeout 20 \"$WSD_BIN\" stat --waits $p;"
+		"  for t in /proc/$p/task/*; do"
+		"    echo \"thread ${t##*/} ($(cat $t/comm)): $(cut -d' ' -f3 $t/stat)"
+		" wchan $(cat $t/wchan) syscall $(cat $t/syscall)\";"
+		"    sed 's/^/    /' $t/stack 2>/dev/null;"
+		"  done;"
+		"done >&2";
+	char pid[24];
+
+	for (int fd = 3; fd < 4096; fd++)
+		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	setenv("WATCHDOG_PID", pid, 1);
+	if (system(cmd) != 0) {
+		/* what it printed is all there is */
+	}
+}
+
 static void watchdog(int sig)
 {
 	static const char msg[] = "TIMEOUT: the watchdog fired (a call hung)\n";
+	static const char again[] = "TIMEOUT: the report on the hang hung too\n";
+	static volatile sig_atomic_t fired;
 
 	(void)sig;
+	if (fired) {
+		if (write(2, again, sizeof(again) - 1) < 0) {
+			/* nothing more to do */
+		}
+		_exit(124);
+	}
+	fired = 1;
 	if (write(2, msg, sizeof(msg) - 1) < 0) {
 		/* nothing more to do */
 	}
+	alarm(60);
+	hung_report();
 	_exit(124);
 }
 
@@ -38,7 +83,8 @@ static unsigned watchdog_s = 60;
 
 static void arm_watchdog(void)
 {
-	struct sigaction sa = { .sa_handler = watchdog };
+	/* SA_NODEFER: the second alarm, should the report hang, must get in */
+	struct sigaction sa = { .sa_handler = watchdog, .sa_flags = SA_NODEFER };
 
 	sigaction(SIGALRM, &sa, NULL);
 	alarm(watchdog_s);

@@ -21,8 +21,9 @@ case $prog in
 esac
 wsd=${top_builddir:-.}/wsd/wsd
 name=$(basename "$prog")
-# each program has its own 60 s watchdog; this one is in case it never fires
-bound="timeout -k 5 180"
+# each program has its own watchdog (60 s, many.pair 170 s), which reports where
+# it hung before it exits; this bound is in case it never fires
+bound="timeout -k 5 240"
 # In a sanitizer build libwsd-preload.so carries the ASan runtime, loaded
 # after the program's own; let it (as tests/wsd_run_check.sh does).  No
 # effect otherwise.
