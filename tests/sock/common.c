@@ -25,18 +25,19 @@ const char *t_argv0;
 /* ---- transcript ---------------------------------------------------------- */
 
 /*
- * Where a hung program stands, on stderr before it exits: for it and its
- * children (the peers), the switch's view of each connection (wsd stat;
+ * Where this program stands, on stderr: for it (and its children, the
+ * peers, with peers), the switch's view of each connection (wsd stat;
  * --waits: each one's ring state at its last sleep) and each thread's
- * state, kernel wait channel, system call and kernel stack.  The sockets
- * are made close-on-exec first, so that the child system() starts does
- * not move them back to the stream (switch/proc.c); a second alarm ends
- * the program should the report itself hang.
+ * state, kernel wait channel, system call and kernel stack.  For a
+ * program about to fail: its sockets are made close-on-exec first, so
+ * that the child system() starts does not move them back to the stream
+ * (switch/proc.c).
  */
-static void hung_report(void)
+void t_where(bool peers)
 {
 	static const char cmd[] =
-		"for p in $WATCHDOG_PID $(cat /proc/$WATCHDOG_PID/task/*/children 2>/dev/null); do"
+		"for p in $WHERE_PID ${WHERE_PEERS:+$(cat /proc/$WHERE_PID/task/*/children 2>/dev/null)}; do"
+		"  [ \"$p\" = $$ ] && continue;"
 		"  echo \"== process $p ($(cat /proc/$p/comm 2>/dev/null))\";"
 		"  [ -n \"${WSD_BIN:-}\" ] && timeout 20 \"$WSD_BIN\" stat $p &&"
 		"    timeout 20 \"$WSD_BIN\" stat --waits $p;"
@@ -51,7 +52,11 @@ static void hung_report(void)
 	for (int fd = 3; fd < 4096; fd++)
 		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
 	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	setenv("WATCHDOG_PID", pid, 1);
+	setenv("WHERE_PID", pid, 1);
+	if (peers)
+		setenv("WHERE_PEERS", "1", 1);
+	else
+		unsetenv("WHERE_PEERS");
 	if (system(cmd) != 0) {
 		/* what it printed is all there is */
 	}
@@ -74,8 +79,8 @@ static void watchdog(int sig)
 	if (write(2, msg, sizeof(msg) - 1) < 0) {
 		/* nothing more to do */
 	}
-	alarm(60);
-	hung_report();
+	alarm(60);   /* should the report hang */
+	t_where(true);
 	_exit(124);
 }
 

@@ -37,6 +37,12 @@ void t_init(int argc, char **argv);
 extern const char *t_argv0;
 /* Another bound than 60 s, for this process and the peers it starts later. */
 void t_watchdog(unsigned seconds);
+/*
+ * For a program about to fail (all its sockets made close-on-exec): wsd
+ * stat and each thread's waits, for it and, with peers, its children.
+ * The watchdog prints it before it exits.
+ */
+void t_where(bool peers);
 /* Exit with 1 if anything failed, else 0; flushes the transcript first. */
 void t_exit(void) __attribute__((noreturn));
 

@@ -342,31 +342,6 @@ static void keep_from_children(const struct conn *c)
 }
 
 /*
- * At a stall, for the log: the switch's view of our connections (wsd stat:
- * path, reason, byte counts; --waits: each one's ring state at its last
- * sleep) and where each of our threads waits (its name,
- * state and, from /proc, its kernel wait channel and system call).
- */
-static void stall_report(const struct conn *c)
-{
-	char cmd[512];
-
-	keep_from_children(c);
-	if (getenv("WSD_BIN")) {
-		snprintf(cmd, sizeof(cmd), "%s stat %d >&2; %s stat --waits %d >&2",
-			 getenv("WSD_BIN"), (int)getpid(), getenv("WSD_BIN"), (int)getpid());
-		if (system(cmd) != 0)
-			fprintf(stderr, "(%s failed)\n", cmd);
-	}
-	snprintf(cmd, sizeof(cmd),
-		 "for t in /proc/%d/task/*; do echo \"stress: thread ${t##*/} ($(cat $t/comm)): "
-		 "$(cut -d' ' -f3 $t/stat) wchan $(cat $t/wchan) syscall $(cat $t/syscall)\"; "
-		 "done >&2", (int)getpid());
-	if (system(cmd) != 0)
-		fprintf(stderr, "(the threads could not be listed)\n");
-}
-
-/*
  * Fail a run that stopped moving, rather than wait for the watchdog.  Each
  * connection is watched on its own: one that stopped while the others
  * still run is as stuck as all of them stopping.
@@ -403,7 +378,8 @@ static void *watch_main(void *arg)
 				", %s received %" PRIu64 " of %" PRIu64 ", still for %.1f s\n",
 				i, w->c[i].fd, i, i, w->name_tx, w->c[i].tx.done, w->name_rx,
 				w->c[i].rx.done, o.bytes, still[i] / 10.0);
-		stall_report(w->c);
+		/* our view of it; the peer, which finds the stall too, gives its own */
+		t_where(false);
 		fflush(tr);
 		/*
 		 * The peer finds the same stall and reports its side too;
