@@ -69,6 +69,17 @@ void rx_sleeper_leave(struct wsd_sock *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* Receives on s that count as asleep, this thread's not counted. */
+static int other_sleepers(struct wsd_sock *s)
+{
+	int n;
+
+	pthread_mutex_lock(&s->mu);
+	n = s->rx_sleepers - (rx_asleep_on == s ? 1 : 0);
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
 /*
  * rx_lock held, the peer's proof (or part of it) on the stream: whether
  * this thread may take it.  Its bytes woke every receiver asleep in the
@@ -84,14 +95,7 @@ void rx_sleeper_leave(struct wsd_sock *s)
  */
 bool proof_ours(struct wsd_sock *s)
 {
-	bool ours;
-
-	if (rx_asleep_on == s)
-		return true;
-	pthread_mutex_lock(&s->mu);
-	ours = !s->rx_sleepers;
-	pthread_mutex_unlock(&s->mu);
-	return ours;
+	return rx_asleep_on == s || other_sleepers(s) == 0;
 }
 
 /*
@@ -102,12 +106,7 @@ bool proof_ours(struct wsd_sock *s)
  */
 bool proof_alone(struct wsd_sock *s)
 {
-	int others;
-
-	pthread_mutex_lock(&s->mu);
-	others = s->rx_sleepers - (rx_asleep_on == s ? 1 : 0);
-	pthread_mutex_unlock(&s->mu);
-	return others == 0;
+	return other_sleepers(s) == 0;
 }
 
 /*
