@@ -241,17 +241,23 @@ int pair_finish(struct tside *me)
 	return WEXITSTATUS(status);
 }
 
+int64_t t_now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
 struct nd_result t_wait(struct nd_cq *cq, int timeout_ms)
 {
-	struct timespec t0, t;
+	int64_t t0 = t_now_ms();
 	struct nd_result r;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		if (nd_cq_poll(cq, &r, 1) == 1)
 			return r;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > timeout_ms)
+		if (t_now_ms() - t0 > timeout_ms)
 			break;
 		nd_cq_wait(cq, 50);
 	}
@@ -265,16 +271,14 @@ struct nd_result t_wait(struct nd_cq *cq, int timeout_ms)
 
 int t_quiet(struct nd_cq *cq, int ms)
 {
-	struct timespec t0, t;
+	int64_t t0 = t_now_ms();
 	struct nd_result r;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	do {
 		if (nd_cq_poll(cq, &r, 1) == 1)
 			return 0;
 		nd_cq_wait(cq, 10);
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+	} while (t_now_ms() - t0 < ms);
 	return 1;
 }
 

@@ -54,6 +54,8 @@ void oob_send(struct tside *s, const void *p, size_t n);
 void oob_recv(struct tside *s, void *p, size_t n);
 void oob_sync(struct tside *s);       /* send a token, wait for the peer's */
 
+/* CLOCK_MONOTONIC in milliseconds */
+int64_t t_now_ms(void);
 /* One result from cq within timeout_ms, or the test fails. */
 struct nd_result t_wait(struct nd_cq *cq, int timeout_ms);
 /* 1 if cq yields no result within ms (progress keeps running). */
