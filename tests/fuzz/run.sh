@@ -5,8 +5,8 @@
 # seed corpus.  A target names the sources it needs beside it in a
 # "FUZZ_SOURCES:" line (default switch/wire.c).  Exit 0 when no target crashed, 1 when one did
 # (its reproducer is left in the work directory), 77 when clang or
-# libFuzzer is missing.  CI runs 10 s a target (tests/fuzz_check.sh in make
-# check, WSD_FUZZ_CHECK_SECS=10); a long run (before a
+# libFuzzer is missing.  CI runs 3 s a target (tests/fuzz_check.sh in make
+# check, WSD_FUZZ_CHECK_SECS=3); a long run (before a
 # release, or after a change to a parser): tests/fuzz/run.sh 3600.
 #
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]
