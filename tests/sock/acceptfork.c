@@ -13,59 +13,64 @@
  * fails, until the handler can take the connection over.
  */
 #define _GNU_SOURCE
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/sock/common.h"
 
 #define CALLS 20
 
-static void reap(pid_t pid, const char *what)
-{
-	int st;
+struct conn {
+	int lfd, port, fd;
+	bool after_first;
+};
 
-	MUST(waitpid(pid, &st, 0));
-	if (!WIFEXITED(st) || WEXITSTATUS(st))
-		die("%s failed (status 0x%x)", what, st);
+static void client(struct peer *self, void *arg)
+{
+	struct conn *c = arg;
+	int fd;
+	char b;
+
+	(void)self;
+	close(c->lfd);
+	fd = t_connect(AF_INET, c->port);
+	warmup(fd, true);
+	echo_calls(fd, CALLS, c->after_first ? 11 : 10);
+	EXPECT(0, "shutdown SHUT_WR", shutdown(fd, SHUT_WR));
+	EXPECT(0, "recv: the handler closed", recv(fd, &b, 1, 0));
+	MUST(close(fd));
+}
+
+static void handler(struct peer *self, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)self;
+	close(c->lfd);
+	warmup(c->fd, false);
+	CHECK(echo_serve(c->fd) == CALLS, "the handler did not answer %d calls", CALLS);
+	MUST(close(c->fd));
 }
 
 static void accept_fork(bool after_first)
 {
-	int port, lfd = t_listen(AF_INET, &port), fd;
-	pid_t client, handler;
+	struct conn c = { .after_first = after_first };
+	struct peer cl, h;
 	char b;
 
 	say("-- accept, fork a handler, close the copy %s", after_first ?
 	    "once the first byte is there" : "before any byte");
-	client = MUST(fork());
-	if (!client) {
-		close(lfd);
-		fd = t_connect(AF_INET, port);
-		warmup(fd, true);
-		echo_calls(fd, CALLS, after_first ? 11 : 10);
-		EXPECT(0, "shutdown SHUT_WR", shutdown(fd, SHUT_WR));
-		EXPECT(0, "recv: the handler closed", recv(fd, &b, 1, 0));
-		MUST(close(fd));
-		_exit(0);
-	}
-	fd = t_accept(lfd);
+	c.lfd = t_listen(AF_INET, &c.port);
+	peer_start(&cl, "client", client, &c);
+	c.fd = t_accept(c.lfd);
 	if (after_first)
-		CHECK(recv(fd, &b, 1, MSG_PEEK) == 1, "no first byte to peek");
-	handler = MUST(fork());
-	if (!handler) {
-		close(lfd);
-		warmup(fd, false);
-		CHECK(echo_serve(fd) == CALLS, "the handler did not answer %d calls", CALLS);
-		MUST(close(fd));
-		_exit(0);
-	}
-	MUST(close(fd));
-	reap(handler, "the handler");
-	reap(client, "the client");
+		CHECK(recv(c.fd, &b, 1, MSG_PEEK) == 1, "no first byte to peek");
+	peer_start(&h, "handler", handler, &c);
+	MUST(close(c.fd));
+	peer_end(&h);
+	peer_end(&cl);
 	say("%d calls through the handler: ok", CALLS);
-	MUST(close(lfd));
+	MUST(close(c.lfd));
 }
 
 int main(int argc, char **argv)
