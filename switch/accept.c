@@ -158,6 +158,29 @@ static void answer_no(const struct request *q, enum wsd_reason why)
 	answer_no_port(q, why, 0);
 }
 
+/*
+ * A connection of ours that a fork child may be serving or about to: one
+ * we handed a child at fork (it takes it over at its first data call and
+ * its registry gets the request once we let go of our copy), or, on a
+ * port where our fork children have taken connections over before (its
+ * page counts them: registry.c), one we have not sent or received on yet
+ * (attached now, the fork of its handler would send it back to the
+ * stream).  Its peer is answered shared, and asks again (connect.c).
+ */
+static bool maybe_handed(const struct wsd_sock *s)
+{
+	bool shared;
+
+	if (!s->reg_page || s->sess)
+		return false;
+	if (s->no_upgrade)
+		return s->why_not == R_FORKED && !s->handed;
+	if (s->data_called || !wsd_listeners_forked)
+		return false;
+	(void)registry_moved(s->stat->local.port, NULL, &shared);
+	return shared;
+}
+
 static void server_attach(struct wsd_sock *s, const struct request *q)
 {
 	struct wsd_session *ss;
@@ -168,6 +191,12 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	enum wsd_reason why;
 	long ms;
 
+	if (maybe_handed(s)) {
+		wsd_debug("switch: fd %d: its peer's request answered shared: a fork child may "
+			  "serve it", s->fd);
+		answer_no(q, R_SHARED);
+		return;
+	}
 	if (urgent_seen(s)) {
 		answer_no(q, R_UNSUPPORTED);
 		set_reason(s, R_UNSUPPORTED);
@@ -316,6 +345,9 @@ void wsd_upgrade_accepted_closed(struct wsd_sock *s)
 
 	if (s->listening || s->connected_side || s->sess || !s->tuple_known ||
 	    !wsd_stat_own(s->stat))
+		return;
+	/* a fork child holds it still, and may take it over: not gone (maybe_handed) */
+	if (s->no_upgrade && s->why_not == R_FORKED && s->reg_page)
 		return;
 	pthread_mutex_lock(&pend_lock);
 	c = &closed[closed_next++ % CLOSED_KEEP];

@@ -553,6 +553,8 @@ static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 		 */
 		if (!s->tuple_known && !s->listening)
 			(void)learn_tuple(s);
+		if (s->handoff)
+			wsd_upgrade_handoff(s);   /* a fork child's first call on one inherited */
 		return;
 	}
 	if (atomic_load_explicit(&s->upgrade_state, memory_order_relaxed) != UP_NONE) {

@@ -58,8 +58,10 @@ static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)
 {
 	bool up;
 
-	if (s->listening)
+	if (s->listening) {
+		wsd_listeners_forked = true;   /* accepting, we may fork handlers: accept.c */
 		return;
+	}
 	/*
 	 * Held by two processes from now: the peer's data must stay where both
 	 * read.  Under mu, as an attach takes it: an upgrade that attaches

@@ -53,6 +53,12 @@ struct reg {
 	 */
 	uint16_t side_port;
 	int side_fd;
+	/*
+	 * A fork child's own registry for connections it inherited at fork
+	 * and took over (wsd_upgrade_handoff): refs counts them, not
+	 * listeners; counted once we counted ourselves in the page.
+	 */
+	bool handed, counted;
 	/* the provider listener's refusals counted in wsd stat so far (the acceptor's) */
 	uint64_t refused_seen[WSD_LREF_N];
 };
@@ -401,31 +407,33 @@ void wsd_upgrade_listen(struct wsd_sock *s)
  * (wsd_upgrade_side_accepted), where the port's registry looks to send
  * their requests here.
  */
-static uint16_t side_open(struct wsd_sock *l)
+static uint16_t side_open_on(int family, uint16_t port, struct wsd_reg_page *page, int tcp_fd,
+			     bool handed)
 {
-	struct sockaddr_storage a = { .ss_family = (sa_family_t)l->family };
-	socklen_t al = l->family == AF_INET6 ? sizeof(struct sockaddr_in6) :
-					       sizeof(struct sockaddr_in);
+	struct sockaddr_storage a = { .ss_family = (sa_family_t)family };
+	socklen_t al = family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+					    sizeof(struct sockaddr_in);
 	struct wsd_stat_addr sa;
 	struct reg *r = calloc(1, sizeof(*r));
 	int err;
 
 	if (!r)
 		return 0;
-	r->port = l->stat->local.port;
-	r->refs = 1;
-	r->page = l->reg_page;       /* the parent's, where our siblings note theirs too */
-	r->side_fd = real.socket(l->family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	r->port = port;
+	r->refs = handed ? 0 : 1;
+	r->handed = handed;
+	r->page = page;              /* the parent's, where our siblings note theirs too */
+	r->side_fd = real.socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (r->side_fd < 0 || real.bind(r->side_fd, (struct sockaddr *)&a, al) ||
 	    getsockname(r->side_fd, (struct sockaddr *)&a, &al))
 		goto fail;
 	wsd_fd_named(r->side_fd, true);   /* a child of ours takes a port of its own */
 	to_addr(&a, &sa);
 	r->side_port = sa.port;
-	r->ls = procs.lpWSPSocket(l->family, SOCK_STREAM, 0, &proto, 0, 0, &err);
+	r->ls = procs.lpWSPSocket(family, SOCK_STREAM, 0, &proto, 0, 0, &err);
 	if (r->ls == INVALID_SOCKET ||
 	    procs.lpWSPBind(r->ls, (struct sockaddr *)&a, al, &err) ||
-	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_TCP_LISTENER, &l->fd, sizeof(l->fd),
+	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_TCP_LISTENER, &tcp_fd, sizeof(tcp_fd),
 				  &err) ||
 	    procs.lpWSPListen(r->ls, 128, &err)) {
 		if (r->ls != INVALID_SOCKET)
@@ -441,7 +449,8 @@ static uint16_t side_open(struct wsd_sock *l)
 	r->next = regs;
 	regs = r;
 	pthread_mutex_unlock(&up_lock);
-	wsd_debug("switch: a registry of our own for port %u, on %u", r->port, r->side_port);
+	wsd_debug("switch: a registry of our own for port %u, on %u%s", r->port, r->side_port,
+		  handed ? ", for connections handed to us at fork" : "");
 	return sa.port;
 fail:
 	wsd_debug("switch: no registry of our own for port %u", r->port);
@@ -451,6 +460,11 @@ fail:
 	}
 	free(r);
 	return 0;
+}
+
+static uint16_t side_open(struct wsd_sock *l)
+{
+	return side_open_on(l->family, l->stat->local.port, l->reg_page, l->fd, false);
 }
 
 void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s)
@@ -474,12 +488,136 @@ void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s)
 	}
 }
 
+/* A connection handed to us gone: with the last, its registry ends (after its grace). */
+static void handed_release(uint16_t side)
+{
+	pthread_mutex_lock(&up_lock);
+	for (struct reg *r = regs; r; r = r->next)
+		if (r->handed && r->side_port == side && r->refs > 0 && --r->refs == 0)
+			atomic_store(&r->closed_at, wsd_now_ms());
+	pthread_mutex_unlock(&up_lock);
+}
+
 void wsd_upgrade_side_closed(struct wsd_sock *s)
 {
 	/* a fork child of ours holds a copy: the connection is still ours */
-	if (s->reg_page && s->reg_noted_pid == wsd_pid())
+	if (s->reg_page && s->reg_noted_pid == wsd_pid()) {
 		regpage_forget(s->reg_page, s->reg_noted);
+		if (s->handed)
+			handed_release((uint16_t)(s->reg_noted & 0xffff));
+	}
 	s->reg_noted = 0;
+}
+
+/*
+ * A server that accepts and forks a handler for the connection (inetd,
+ * PostgreSQL's postmaster): the handler, at its first data call on a
+ * connection it inherited, takes it over.  A registry of its own (one for
+ * all it takes on that port), standing on the connection itself: the
+ * connector checks that our process holds a TCP connection whose local
+ * end it dialled (provider/shm/owner.c), as for a one-shot server whose
+ * listener is gone.  We count ourselves in the listener's page, which
+ * makes the port's registry (our parent's) shared, and note the
+ * connection there: once our parent has let go of its copy, it sends the
+ * peer's request here (R_MOVED); while it holds one, it answers shared and
+ * the peer asks again (accept.c, maybe_handed).  Nothing new is trusted:
+ * the page only routes, and the proof on the stream binds the ring to the
+ * connection we hold.  Any failure leaves it on TCP, reason forked.
+ */
+void wsd_upgrade_handoff(struct wsd_sock *s)
+{
+	struct wsd_reg_page *page;
+	struct reg *r;
+	uint16_t port, side = 0;
+	uint64_t h;
+	bool count = false;
+	int e;
+
+	pthread_mutex_lock(&s->mu);
+	if (!s->handoff) {
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	s->handoff = false;
+	pthread_mutex_unlock(&s->mu);
+	page = s->reg_page;
+	if (page && wsd_switch_params()->enabled) {
+		/*
+		 * A slot of our own in wsd stat: the inherited one lies in the
+		 * parent's table, private and unread here since the fork
+		 * (stat.c); it stays where it is, unused.  The tuple is learnt
+		 * again into the new one.
+		 */
+		struct wsd_stat_slot *slot = wsd_stat_alloc();
+
+		if (wsd_stat_own(slot)) {
+			wsd_stat_begin(slot);
+			slot->used = 1;
+			slot->fd = s->fd;
+			slot->reason = R_PENDING;
+			wsd_stat_end(slot);
+			pthread_mutex_lock(&s->mu);
+			s->stat = slot;
+			s->tuple_known = false;
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
+	if (!page || !wsd_switch_params()->enabled || !wsd_stat_own(s->stat) ||
+	    (!s->tuple_known && learn_tuple(s)) || !wsd_spi())
+		return;
+	port = s->stat->local.port;
+	pthread_mutex_lock(&up_lock);
+	for (r = regs; r; r = r->next)
+		if (r->handed && r->port == port && r->page == page)
+			break;
+	if (r) {
+		side = r->side_port;
+		r->refs++;
+		atomic_store(&r->closed_at, 0);
+	}
+	pthread_mutex_unlock(&up_lock);
+	if (!side) {
+		side = side_open_on(s->family, port, page, s->fd, true);
+		if (!side)
+			return;
+		pthread_mutex_lock(&up_lock);
+		for (r = regs; r; r = r->next)
+			if (r->handed && r->side_port == side) {
+				r->refs++;
+				break;
+			}
+		pthread_mutex_unlock(&up_lock);
+	}
+	pthread_mutex_lock(&up_lock);
+	for (r = regs; r; r = r->next)
+		if (r->handed && r->side_port == side && !r->counted) {
+			r->counted = count = true;
+			break;
+		}
+	pthread_mutex_unlock(&up_lock);
+	if (count)
+		regpage_count_self(page);   /* the port is shared from now on */
+	h = tuple_hash(&s->stat->peer, &s->stat->local);
+	e = regpage_note(page, h, side);
+	pthread_mutex_lock(&s->mu);
+	if (!e) {
+		s->reg_noted = regpage_value(h, side);
+		s->reg_noted_pid = wsd_pid();
+		s->handed = true;
+		if (s->why_not == R_FORKED) {
+			s->no_upgrade = false;
+			s->why_not = R_NONE;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (e) {
+		wsd_debug("switch: fd %d, inherited, not noted in port %u's page (%d): stays on TCP",
+			  s->fd, port, e);
+		handed_release(side);
+		return;
+	}
+	wsd_debug("switch: fd %d, inherited at fork, taken over: its peer is sent to port %u",
+		  s->fd, side);
 }
 
 /*

@@ -225,6 +225,14 @@ struct wsd_sock {
 	uint64_t reg_noted;
 	pid_t reg_noted_pid;
 	/*
+	 * A connection accepted on a listener with a page (reg_page is that
+	 * page) and inherited at fork: this child may take it over at its
+	 * first data call (wsd_upgrade_handoff), and took it (handed: noted
+	 * in the page for a registry of its own).  data_called: this process
+	 * has sent or received on it (a peek does not count: accept.c).
+	 */
+	bool handoff, handed, data_called;
+	/*
 	 * A fork child's registry of its own for the connections it accepts
 	 * on this listener while its parent keeps the port's: the provider
 	 * port it took (0: none).
@@ -568,6 +576,13 @@ void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s);
 void wsd_upgrade_side_closed(struct wsd_sock *s);
 /* Set in a fork child that inherited a listener: accepts look for reg_lost only then. */
 extern bool wsd_listeners_inherited;
+/*
+ * Set in a process that forked while it listened (its children inherit the
+ * listeners): one that may fork a handler for each connection it accepts.
+ */
+extern bool wsd_listeners_forked;
+/* The first data call of a fork child on a connection it inherited (s->handoff). */
+void wsd_upgrade_handoff(struct wsd_sock *s);
 /* accept() made s: attach a handshake that arrived first. */
 void wsd_upgrade_accepted(struct wsd_sock *s);
 /* ...and its last fd closed, never upgraded: a late OPEN for it is declined at once. */

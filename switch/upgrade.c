@@ -126,6 +126,7 @@ enum policy_word policy_check(struct wsd_sock *s)
 
 pthread_mutex_t up_lock = PTHREAD_MUTEX_INITIALIZER;
 bool wsd_listeners_inherited;
+bool wsd_listeners_forked;
 WSPPROC_TABLE procs;
 WSAPROTOCOL_INFO proto;
 static bool spi_started, spi_failed;
@@ -444,6 +445,16 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 	s->no_upgrade = true;
 	if (!s->why_not)
 		s->why_not = R_FORKED;
+	/*
+	 * A connection accepted on a listener with a page, never upgraded:
+	 * ours to take over at our first data call, if we are its handler
+	 * (wsd_upgrade_handoff; doc/fork-servers.md).
+	 */
+	if (!s->listening && !s->connected_side && s->reg_page && !s->sess &&
+	    atomic_load(&s->upgrade_state) == UP_NONE)
+		s->handoff = true;
+	s->handed = false;
+	s->data_called = false;
 	if (s->listening) {
 		wsd_listeners_inherited = true;
 		s->reg_lost = true;   /* the registry is the parent's: ours at an accept */
@@ -464,6 +475,7 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 void wsd_upgrade_atfork_child(void)
 {
 	atomic_store(&wsd_threads_busy, 0);   /* the child has none of our threads */
+	wsd_listeners_forked = false;         /* set again if we fork while we listen */
 	pthread_mutex_init(&up_lock, NULL);
 	spi_started = false;
 	spi_failed = false;

@@ -4,13 +4,13 @@
  * its own copy, keeping the listener (PostgreSQL's postmaster, inetd,
  * Python's ForkingMixIn): once before any byte came, once after the
  * first byte was there (peeked, as a server that looks at the request
- * before it picks a handler).  Every byte is checked at both ends, and
- * under WSD_EXPECT_PATH the handler's connection must take that path.
+ * before it picks a handler).  Under WSD_EXPECT_PATH the handler's
+ * connection must take that path: the handler takes it over at its first
+ * data call (switch/registry.c, wsd_upgrade_handoff).
  *
- * A known gap (XFAIL_TESTS): fork marks every inherited socket
- * no_upgrade, so both connections stay on TCP (doc/fork-servers.md has
- * the plan).  Plain, the program passes; under wsd run the path check
- * fails, until the handler can take the connection over.
+ * Last, a parent that keeps its copy while the handler serves: two
+ * processes hold the connection, so it must stay on TCP (either could
+ * read the peer's bytes).  Every byte is checked at both ends, always.
  */
 #define _GNU_SOURCE
 #include <sys/socket.h>
@@ -22,7 +22,7 @@
 
 struct conn {
 	int lfd, port, fd;
-	bool after_first;
+	bool after_first, parent_keeps;
 };
 
 static void client(struct peer *self, void *arg)
@@ -34,8 +34,15 @@ static void client(struct peer *self, void *arg)
 	(void)self;
 	close(c->lfd);
 	fd = t_connect(AF_INET, c->port);
-	warmup(fd, true);
-	echo_calls(fd, CALLS, c->after_first ? 11 : 10);
+	if (c->parent_keeps) {
+		warmup_bulk(fd, true);
+		warmup_tail(fd, true);
+	} else {
+		warmup(fd, true);
+	}
+	echo_calls(fd, CALLS, c->after_first ? 11 : c->parent_keeps ? 12 : 10);
+	if (c->parent_keeps)
+		expect_path_now(fd, "tcp");
 	EXPECT(0, "shutdown SHUT_WR", shutdown(fd, SHUT_WR));
 	EXPECT(0, "recv: the handler closed", recv(fd, &b, 1, 0));
 	MUST(close(fd));
@@ -47,27 +54,40 @@ static void handler(struct peer *self, void *arg)
 
 	(void)self;
 	close(c->lfd);
-	warmup(c->fd, false);
+	if (c->parent_keeps) {
+		warmup_bulk(c->fd, false);
+		warmup_tail(c->fd, false);
+	} else {
+		warmup(c->fd, false);
+	}
 	CHECK(echo_serve(c->fd) == CALLS, "the handler did not answer %d calls", CALLS);
+	if (c->parent_keeps)
+		expect_path_now(c->fd, "tcp");
 	MUST(close(c->fd));
 }
 
-static void accept_fork(bool after_first)
+static void accept_fork(bool after_first, bool parent_keeps)
 {
-	struct conn c = { .after_first = after_first };
+	struct conn c = { .after_first = after_first, .parent_keeps = parent_keeps };
 	struct peer cl, h;
 	char b;
 
-	say("-- accept, fork a handler, close the copy %s", after_first ?
-	    "once the first byte is there" : "before any byte");
+	if (parent_keeps)
+		say("-- accept, fork a handler, keep the copy until it is done");
+	else
+		say("-- accept, fork a handler, close the copy %s", after_first ?
+		    "once the first byte is there" : "before any byte");
 	c.lfd = t_listen(AF_INET, &c.port);
 	peer_start(&cl, "client", client, &c);
 	c.fd = t_accept(c.lfd);
 	if (after_first)
 		CHECK(recv(c.fd, &b, 1, MSG_PEEK) == 1, "no first byte to peek");
 	peer_start(&h, "handler", handler, &c);
-	MUST(close(c.fd));
+	if (!parent_keeps)
+		MUST(close(c.fd));
 	peer_end(&h);
+	if (parent_keeps)
+		MUST(close(c.fd));
 	peer_end(&cl);
 	say("%d calls through the handler: ok", CALLS);
 	MUST(close(c.lfd));
@@ -78,7 +98,8 @@ int main(int argc, char **argv)
 	t_skip_server_forks();
 	t_init(argc, argv);
 	t_watchdog(60);
-	accept_fork(false);
-	accept_fork(true);
+	accept_fork(false, false);
+	accept_fork(true, false);
+	accept_fork(false, true);
 	t_exit();
 }
