@@ -397,12 +397,16 @@ START_TEST(send_and_invalidate)
 END_TEST
 
 /*
- * The result of a send the peer's device refuses.  Over Soft-RoCE it
- * came after more than 5 s in about one run of a hundred (a full rig, or
- * nd_rdma_test looped in the guest beside a busy host), and at once in
- * every other; the cause is not found yet.  Wait past the provider's own
- * deadline for requests at the device (30 s, provider/verbs/data.c), so
- * that every outcome ends here, and say how long a slow one took.
+ * The result of a send the peer's device refuses.  Over verbs the peer's
+ * failed receive ends its endpoint, which disconnects, and the sender
+ * may take that disconnect before the device's NAK: its send then
+ * completes ND_CANCELED, not ND_REMOTE_ERROR (wsd-verbs(7), NOTES).
+ * About one run in a hundred over Soft-RoCE did so, under load one in
+ * eight; a ck_status that called its argument twice made the second call
+ * wait for a result that had already been taken, and the failure read as
+ * "no result within 40000 ms".  Wait past the provider's own deadline for
+ * requests at the device (30 s, provider/verbs/data.c), so that every
+ * outcome ends here, and say how long a slow one took.
  */
 static struct nd_result wait_for_nak(struct nd_cq *cq)
 {
@@ -549,13 +553,17 @@ START_TEST(receive_bad_sge)
 	/* _i: 0, a region without local write; 1, an SGE past its region */
 	struct tside s;
 	struct nd_sge g;
+	struct nd_result r;
 
 	pair_start(&s, NULL, peer_bad_receive, (void *)(intptr_t)_i, NULL);
 	oob_sync(&s);
 	g = t_sge(&s, 0, 48);
 	ck_status(nd_ep_send(s.ep, NULL, &g, 1, 0), ND_SUCCESS);
 	oob_sync(&s);
-	ck_status(wait_for_nak(s.ocq).status, ND_REMOTE_ERROR);
+	r = wait_for_nak(s.ocq);
+	/* over verbs the peer's disconnect may come first (wait_for_nak) */
+	if (!t_verbs() || r.status != ND_CANCELED)
+		ck_status(r.status, ND_REMOTE_ERROR);
 	ck_assert_int_eq(pair_finish(&s), 0);
 	tside_close(&s);
 }

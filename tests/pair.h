@@ -75,7 +75,11 @@ int t_run(const char *suite, TCase *tc);
 #define PEER_CHECK(c) do { if (!(c)) { fprintf(stderr, "peer check failed %s:%d: %s\n", \
 	__FILE__, __LINE__, #c); return __LINE__ % 200 + 1; } } while (0)
 
-#define ck_status(got, want) ck_assert_msg((got) == (want), "%s: got %s, want %s", #got, \
-	nd_strstatus(got), nd_strstatus(want))
+/* Each argument once: a second call of `got` (a wait) would hide what the first returned. */
+#define ck_status(got, want) do { \
+	nd_status ck_got_ = (got), ck_want_ = (want); \
+	ck_assert_msg(ck_got_ == ck_want_, "%s: got %s, want %s", #got, \
+		      nd_strstatus(ck_got_), nd_strstatus(ck_want_)); \
+} while (0)
 
 #endif
