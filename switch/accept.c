@@ -161,24 +161,19 @@ static void answer_no(const struct request *q, enum wsd_reason why)
 /*
  * A connection of ours that a fork child may be serving or about to: one
  * we handed a child at fork (it takes it over at its first data call and
- * its registry gets the request once we let go of our copy), or, on a
- * port where our fork children have taken connections over before (its
- * page counts them: registry.c), one we have not sent or received on yet
- * (attached now, the fork of its handler would send it back to the
- * stream).  Its peer is answered shared, and asks again (connect.c).
+ * its registry gets the request once we let go of our copy), or, in a
+ * process that has forked such handlers before, one we have not sent or
+ * received on yet (attached now, the fork of its handler would send it
+ * back to the stream).  Its peer is answered shared, and asks again
+ * (connect.c).
  */
 static bool maybe_handed(const struct wsd_sock *s)
 {
-	bool shared;
-
 	if (!s->reg_page || s->sess)
 		return false;
 	if (s->no_upgrade)
 		return s->why_not == R_FORKED && !s->handed;
-	if (s->data_called || !wsd_listeners_forked)
-		return false;
-	(void)registry_moved(s->stat->local.port, NULL, &shared);
-	return shared;
+	return wsd_handlers_forked && !s->data_called;
 }
 
 static void server_attach(struct wsd_sock *s, const struct request *q)

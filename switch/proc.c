@@ -58,10 +58,11 @@ static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)
 {
 	bool up;
 
-	if (s->listening) {
-		wsd_listeners_forked = true;   /* accepting, we may fork handlers: accept.c */
+	if (s->listening)
 		return;
-	}
+	/* a connection we accepted and never served, in the child too: a handler's fork */
+	if (s->reg_page && !s->connected_side && !s->sess && !s->data_called)
+		wsd_handlers_forked = true;
 	/*
 	 * Held by two processes from now: the peer's data must stay where both
 	 * read.  Under mu, as an attach takes it: an upgrade that attaches

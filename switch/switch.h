@@ -577,10 +577,10 @@ void wsd_upgrade_side_closed(struct wsd_sock *s);
 /* Set in a fork child that inherited a listener: accepts look for reg_lost only then. */
 extern bool wsd_listeners_inherited;
 /*
- * Set in a process that forked while it listened (its children inherit the
- * listeners): one that may fork a handler for each connection it accepts.
+ * Set in a process that forked a child holding a connection it had
+ * accepted and not served (a handler): it may do so for each connection.
  */
-extern bool wsd_listeners_forked;
+extern bool wsd_handlers_forked;
 /* The first data call of a fork child on a connection it inherited (s->handoff). */
 void wsd_upgrade_handoff(struct wsd_sock *s);
 /* accept() made s: attach a handshake that arrived first. */

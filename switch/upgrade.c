@@ -126,7 +126,7 @@ enum policy_word policy_check(struct wsd_sock *s)
 
 pthread_mutex_t up_lock = PTHREAD_MUTEX_INITIALIZER;
 bool wsd_listeners_inherited;
-bool wsd_listeners_forked;
+bool wsd_handlers_forked;
 WSPPROC_TABLE procs;
 WSAPROTOCOL_INFO proto;
 static bool spi_started, spi_failed;
@@ -475,7 +475,7 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 void wsd_upgrade_atfork_child(void)
 {
 	atomic_store(&wsd_threads_busy, 0);   /* the child has none of our threads */
-	wsd_listeners_forked = false;         /* set again if we fork while we listen */
+	wsd_handlers_forked = false;          /* set again if we fork handlers of our own */
 	pthread_mutex_init(&up_lock, NULL);
 	spi_started = false;
 	spi_failed = false;
