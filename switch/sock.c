@@ -151,8 +151,10 @@ static int accepted(int lfd, int fd, int flags, const struct sockaddr *peer, soc
 		s->nodelay_known = true;
 		s->app_nodelay = l->app_nodelay;
 	}
-	if (s)
+	if (s) {
 		s->reg_page = l->reg_page;   /* a handler we fork may note it there (registry.c) */
+		s->accepted_by = wsd_pid();
+	}
 	if (s && l->side_port)
 		wsd_upgrade_side_accepted(l, s);   /* before a request for it can come */
 	wsd_sock_put(l);

@@ -232,6 +232,7 @@ struct wsd_sock {
 	 * has sent or received on it (a peek does not count: accept.c).
 	 */
 	bool handoff, handed, data_called;
+	pid_t accepted_by;           /* the process whose accept made it (0: not accepted) */
 	/*
 	 * A fork child's registry of its own for the connections it accepts
 	 * on this listener while its parent keeps the port's: the provider

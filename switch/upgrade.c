@@ -440,19 +440,22 @@ void drop(SOCKET ws)
  */
 static void mark_child(int fd, struct wsd_sock *s, void *arg)
 {
+	pid_t parent = *(const pid_t *)arg;
+
 	(void)fd;
-	(void)arg;
 	s->no_upgrade = true;
 	if (!s->why_not)
 		s->why_not = R_FORKED;
 	/*
-	 * A connection accepted on a listener with a page, never upgraded:
-	 * ours to take over at our first data call, if we are its handler
-	 * (wsd_upgrade_handoff; doc/fork-servers.md).
+	 * A connection our parent accepted on a listener with a page, never
+	 * upgraded: ours to take over at our first data call, if we are its
+	 * handler (wsd_upgrade_handoff; doc/fork-servers.md).  Not one our
+	 * parent inherited in turn: it holds a copy no registry of its own
+	 * answers for, so nothing would keep the peer off the ring while it
+	 * does.
 	 */
-	if (!s->listening && !s->connected_side && s->reg_page && !s->sess &&
-	    atomic_load(&s->upgrade_state) == UP_NONE)
-		s->handoff = true;
+	s->handoff = !s->listening && !s->connected_side && s->reg_page && !s->sess &&
+		     s->accepted_by == parent && atomic_load(&s->upgrade_state) == UP_NONE;
 	s->handed = false;
 	s->data_called = false;
 	if (s->listening) {
@@ -483,5 +486,9 @@ void wsd_upgrade_atfork_child(void)
 	connect_atfork_child();
 	probe_atfork_child();
 	wsd_chan_atfork_child();
-	wsd_fd_each(mark_child, NULL);
+	{
+		pid_t parent = getppid();
+
+		wsd_fd_each(mark_child, &parent);
+	}
 }
