@@ -167,12 +167,17 @@ static void answer_no(const struct request *q, enum wsd_reason why)
  * back to the stream).  Its peer is answered shared, and asks again
  * (connect.c).
  */
+static bool forked_copy(const struct wsd_sock *s)
+{
+	return s->reg_page && s->no_upgrade && s->why_not == R_FORKED;
+}
+
 static bool maybe_handed(const struct wsd_sock *s)
 {
 	if (!s->reg_page || s->sess)
 		return false;
 	if (s->no_upgrade)
-		return s->why_not == R_FORKED && !s->handed;
+		return forked_copy(s);
 	return wsd_handlers_forked && !s->data_called;
 }
 
@@ -342,7 +347,7 @@ void wsd_upgrade_accepted_closed(struct wsd_sock *s)
 	    !wsd_stat_own(s->stat))
 		return;
 	/* a fork child holds it still, and may take it over: not gone (maybe_handed) */
-	if (s->no_upgrade && s->why_not == R_FORKED && s->reg_page)
+	if (forked_copy(s))
 		return;
 	pthread_mutex_lock(&pend_lock);
 	c = &closed[closed_next++ % CLOSED_KEEP];

@@ -140,6 +140,18 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+struct wsd_stat_slot *wsd_sock_slot(int fd)
+{
+	struct wsd_stat_slot *slot = wsd_stat_alloc();
+
+	wsd_stat_begin(slot);
+	slot->used = 1;
+	slot->fd = fd;
+	slot->reason = R_PENDING;
+	wsd_stat_end(slot);
+	return slot;
+}
+
 struct wsd_sock *wsd_sock_new(int fd, int family)
 {
 	struct wsd_sock *s = calloc(1, sizeof(*s));
@@ -154,12 +166,7 @@ struct wsd_sock *wsd_sock_new(int fd, int family)
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->tx_lock, NULL);
 	pthread_mutex_init(&s->rx_lock, NULL);
-	s->stat = wsd_stat_alloc();
-	wsd_stat_begin(s->stat);
-	s->stat->used = 1;
-	s->stat->fd = fd;
-	s->stat->reason = R_PENDING;
-	wsd_stat_end(s->stat);
+	s->stat = wsd_sock_slot(fd);
 	if (wsd_guard_stopped()) {
 		s->no_upgrade = true;
 		s->why_not = (uint8_t)wsd_guard_stopped();

@@ -56,9 +56,9 @@ struct reg {
 	/*
 	 * A fork child's own registry for connections it inherited at fork
 	 * and took over (wsd_upgrade_handoff): refs counts them, not
-	 * listeners; counted once we counted ourselves in the page.
+	 * listeners.
 	 */
-	bool handed, counted;
+	bool handed;
 	/* the provider listener's refusals counted in wsd stat so far (the acceptor's) */
 	uint64_t refused_seen[WSD_LREF_N];
 };
@@ -420,7 +420,7 @@ static uint16_t side_open_on(int family, uint16_t port, struct wsd_reg_page *pag
 	if (!r)
 		return 0;
 	r->port = port;
-	r->refs = handed ? 0 : 1;
+	r->refs = 1;                 /* the listener, or the first connection handed to us */
 	r->handed = handed;
 	r->page = page;              /* the parent's, where our siblings note theirs too */
 	r->side_fd = real.socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -488,7 +488,11 @@ void wsd_upgrade_side_accepted(struct wsd_sock *l, struct wsd_sock *s)
 	}
 }
 
-/* A connection handed to us gone: with the last, its registry ends (after its grace). */
+/*
+ * A connection noted for the registry on side gone: when that registry is
+ * one for connections handed to us and this was its last, it ends (after
+ * its grace).  A pre-fork child's registry counts its listeners instead.
+ */
 static void handed_release(uint16_t side)
 {
 	pthread_mutex_lock(&up_lock);
@@ -503,8 +507,7 @@ void wsd_upgrade_side_closed(struct wsd_sock *s)
 	/* a fork child of ours holds a copy: the connection is still ours */
 	if (s->reg_page && s->reg_noted_pid == wsd_pid()) {
 		regpage_forget(s->reg_page, s->reg_noted);
-		if (s->handed)
-			handed_release((uint16_t)(s->reg_noted & 0xffff));
+		handed_release((uint16_t)(s->reg_noted & 0xffff));
 	}
 	s->reg_noted = 0;
 }
@@ -526,11 +529,10 @@ void wsd_upgrade_side_closed(struct wsd_sock *s)
  */
 void wsd_upgrade_handoff(struct wsd_sock *s)
 {
-	struct wsd_reg_page *page;
-	struct reg *r;
+	struct wsd_reg_page *page = s->reg_page;
+	struct wsd_stat_slot *slot;
 	uint16_t port, side = 0;
 	uint64_t h;
-	bool count = false;
 	int e;
 
 	pthread_mutex_lock(&s->mu);
@@ -540,82 +542,55 @@ void wsd_upgrade_handoff(struct wsd_sock *s)
 	}
 	s->handoff = false;
 	pthread_mutex_unlock(&s->mu);
-	page = s->reg_page;
-	if (page && wsd_switch_params()->enabled) {
-		/*
-		 * A slot of our own in wsd stat: the inherited one lies in the
-		 * parent's table, private and unread here since the fork
-		 * (stat.c); it stays where it is, unused.  The tuple is learnt
-		 * again into the new one.
-		 */
-		struct wsd_stat_slot *slot = wsd_stat_alloc();
-
-		if (wsd_stat_own(slot)) {
-			wsd_stat_begin(slot);
-			slot->used = 1;
-			slot->fd = s->fd;
-			slot->reason = R_PENDING;
-			wsd_stat_end(slot);
-			pthread_mutex_lock(&s->mu);
-			s->stat = slot;
-			s->tuple_known = false;
-			pthread_mutex_unlock(&s->mu);
-		}
-	}
-	if (!page || !wsd_switch_params()->enabled || !wsd_stat_own(s->stat) ||
-	    (!s->tuple_known && learn_tuple(s)) || !wsd_spi())
+	if (!page || !wsd_switch_params()->enabled)
+		return;
+	/*
+	 * A slot of our own in wsd stat: the inherited one lies in the
+	 * parent's table, private and unread here since the fork (stat.c);
+	 * it stays where it is, unused.  The tuple is learnt again into it.
+	 */
+	slot = wsd_sock_slot(s->fd);
+	if (!wsd_stat_own(slot))
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stat = slot;
+	s->tuple_known = false;
+	pthread_mutex_unlock(&s->mu);
+	if (learn_tuple(s) || !wsd_spi())
 		return;
 	port = s->stat->local.port;
+	/* one registry for all we take on the port: revived if it was ending */
 	pthread_mutex_lock(&up_lock);
-	for (r = regs; r; r = r->next)
-		if (r->handed && r->port == port && r->page == page)
+	for (struct reg *r = regs; r; r = r->next)
+		if (r->handed && r->port == port && r->page == page) {
+			side = r->side_port;
+			r->refs++;
+			atomic_store(&r->closed_at, 0);
 			break;
-	if (r) {
-		side = r->side_port;
-		r->refs++;
-		atomic_store(&r->closed_at, 0);
-	}
+		}
 	pthread_mutex_unlock(&up_lock);
 	if (!side) {
 		side = side_open_on(s->family, port, page, s->fd, true);
 		if (!side)
 			return;
-		pthread_mutex_lock(&up_lock);
-		for (r = regs; r; r = r->next)
-			if (r->handed && r->side_port == side) {
-				r->refs++;
-				break;
-			}
-		pthread_mutex_unlock(&up_lock);
-	}
-	pthread_mutex_lock(&up_lock);
-	for (r = regs; r; r = r->next)
-		if (r->handed && r->side_port == side && !r->counted) {
-			r->counted = count = true;
-			break;
-		}
-	pthread_mutex_unlock(&up_lock);
-	if (count)
 		regpage_count_self(page);   /* the port is shared from now on */
+	}
 	h = tuple_hash(&s->stat->peer, &s->stat->local);
 	e = regpage_note(page, h, side);
-	pthread_mutex_lock(&s->mu);
-	if (!e) {
-		s->reg_noted = regpage_value(h, side);
-		s->reg_noted_pid = wsd_pid();
-		s->handed = true;
-		if (s->why_not == R_FORKED) {
-			s->no_upgrade = false;
-			s->why_not = R_NONE;
-		}
-	}
-	pthread_mutex_unlock(&s->mu);
 	if (e) {
 		wsd_debug("switch: fd %d, inherited, not noted in port %u's page (%d): stays on TCP",
 			  s->fd, port, e);
 		handed_release(side);
 		return;
 	}
+	pthread_mutex_lock(&s->mu);
+	s->reg_noted = regpage_value(h, side);
+	s->reg_noted_pid = wsd_pid();
+	if (s->why_not == R_FORKED) {
+		s->no_upgrade = false;
+		s->why_not = R_NONE;
+	}
+	pthread_mutex_unlock(&s->mu);
 	wsd_debug("switch: fd %d, inherited at fork, taken over: its peer is sent to port %u",
 		  s->fd, side);
 }

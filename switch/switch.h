@@ -227,11 +227,11 @@ struct wsd_sock {
 	/*
 	 * A connection accepted on a listener with a page (reg_page is that
 	 * page) and inherited at fork: this child may take it over at its
-	 * first data call (wsd_upgrade_handoff), and took it (handed: noted
-	 * in the page for a registry of its own).  data_called: this process
-	 * has sent or received on it (a peek does not count: accept.c).
+	 * first data call (wsd_upgrade_handoff; once taken, reg_noted says
+	 * where).  data_called: this process has sent or received on it (a
+	 * peek does not count: accept.c).
 	 */
-	bool handoff, handed, data_called;
+	bool handoff, data_called;
 	pid_t accepted_by;           /* the process whose accept made it (0: not accepted) */
 	/*
 	 * A fork child's registry of its own for the connections it accepts
@@ -393,6 +393,8 @@ void wsd_sock_list_add(struct wsd_sock_list *l, struct wsd_sock *s);
 void wsd_sock_list_free(struct wsd_sock_list *l);
 
 struct wsd_sock *wsd_sock_new(int fd, int family);
+/* A new wsd stat slot for a socket on fd, reason pending (never NULL: stat.h). */
+struct wsd_stat_slot *wsd_sock_slot(int fd);
 void wsd_sock_hold(struct wsd_sock *s);
 void wsd_sock_put(struct wsd_sock *s);
 /* Another fd of the same socket, after s->fd closed (or -1). */

@@ -456,7 +456,6 @@ static void mark_child(int fd, struct wsd_sock *s, void *arg)
 	 */
 	s->handoff = !s->listening && !s->connected_side && s->reg_page && !s->sess &&
 		     s->accepted_by == parent && atomic_load(&s->upgrade_state) == UP_NONE;
-	s->handed = false;
 	s->data_called = false;
 	if (s->listening) {
 		wsd_listeners_inherited = true;
