@@ -91,6 +91,7 @@ int take_error(struct wsd_sock *s);
 
 /* slot.c: the session object */
 void publish_rx_ready(struct wsd_sock *s);
+void rx_ready_due(struct wsd_sock *s);
 void wsd_session_touched(struct wsd_session *ss, uint64_t off, uint32_t size);
 void became_accel(struct wsd_sock *s, bool was);
 

@@ -253,6 +253,21 @@ static void set_stat_path(struct wsd_sock *s)
 
 _Atomic uint64_t wsd_accel_gen;
 
+/*
+ * A connection we accepted, which our program has neither sent nor
+ * received on (a peek does not count), moves only once it has: the
+ * server may yet fork a handler for it, and while nothing went by ring
+ * the fork takes it back to the stream alone (proc.c).  Once the peer
+ * sends by ring, only the peer can end that, and a peer asleep in a
+ * receive on the stream hears nothing we could send it.  A grant's
+ * first bytes are in the ring already: those move at once.
+ */
+static bool ready_deferred(const struct wsd_sock *s)
+{
+	return !s->connected_side && !s->data_called && s->accepted_by == wsd_pid() &&
+	       !s->sess->granted;
+}
+
 /* mu held.  From now on the peer may switch its direction to the ring. */
 void publish_rx_ready(struct wsd_sock *s)
 {
@@ -260,7 +275,7 @@ void publish_rx_ready(struct wsd_sock *s)
 	long ms;
 
 	if (s->rx_ready_sent || !s->sess || s->plain_waiters || s->detached || s->rx_back ||
-	    s->closing)
+	    s->closing || ready_deferred(s))
 		return;
 	/*
 	 * Before the peer can act on it, and in this order: the socket
@@ -293,6 +308,20 @@ void publish_rx_ready(struct wsd_sock *s)
 	if (!s->connected_side && wsd_fault("rx-ready-late", &ms))
 		usleep((useconds_t)ms * 1000);
 	s->rx_ready_sent = true;
+}
+
+/* Our program's first data call on s: the peer may be told now (ready_deferred). */
+void rx_ready_due(struct wsd_sock *s)
+{
+	bool was;
+
+	if (!s->sess || s->rx_ready_sent)
+		return;
+	pthread_mutex_lock(&s->mu);
+	was = s->accel;
+	publish_rx_ready(s);
+	pthread_mutex_unlock(&s->mu);
+	became_accel(s, was);
 }
 
 void became_accel(struct wsd_sock *s, bool was)
