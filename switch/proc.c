@@ -30,8 +30,8 @@
  * will hold goes back to the stream, byte-exact (wsd_sock_downgrade, BACK
  * in wsd-protocol(7)); what had arrived unread is kept in a prefix that a
  * fork shares and an exec passes on.  Close-on-exec sockets are left
- * alone at fork: fork+exec helpers are the common case, and only a child
- * that uses one before exec finds it detached.  A peer whose switch does
+ * alone at fork (note_fork): fork+exec helpers are the common case, and
+ * only a child that uses one before exec finds it detached.  A peer whose switch does
  * not answer within BACK_MS leaves its connection as it was (the child's
  * copy detached; for exec, shut).
  */
@@ -54,6 +54,17 @@
 #define HOLD_MS 0
 #endif
 
+/*
+ * A connection this process accepted on a listener with a page and has not
+ * sent or received on: the child the fork makes is most likely its
+ * handler (a server that forks per connection).
+ */
+static bool unserved(const struct wsd_sock *s)
+{
+	return s->reg_page && !s->listening && !s->connected_side && !s->data_called &&
+	       s->accepted_by == wsd_pid();
+}
+
 static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)
 {
 	bool up;
@@ -61,7 +72,7 @@ static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)
 	if (s->listening)
 		return;
 	/* a connection we accepted and never served, in the child too: a handler's fork */
-	if (s->reg_page && !s->connected_side && !s->sess && !s->data_called)
+	if (unserved(s))
 		wsd_handlers_forked = true;
 	/*
 	 * Held by two processes from now: the peer's data must stay where both
@@ -81,9 +92,15 @@ static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)
 		wsd_sock_list_add(l, s);
 }
 
+/*
+ * Close-on-exec sockets are left alone, but for one accepted and not yet
+ * served: a server whose sockets are all close-on-exec (Python's) forks
+ * its handler with it, and an exec helper forked in that moment loses
+ * little by the stream (doc/fork-servers.md).
+ */
 static void note_fork(int fd, struct wsd_sock *s, void *arg)
 {
-	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
+	if (!(real.fcntl(fd, F_GETFD) & FD_CLOEXEC) || unserved(s))
 		note_child(s, arg);
 }
 
