@@ -36,18 +36,27 @@ const char *t_argv0;
 void t_where(bool peers)
 {
 	static const char cmd[] =
-		"for p in $WHERE_PID ${WHERE_PEERS:+$(cat /proc/$WHERE_PID/task/*/children 2>/dev/null)}; do"
-		"  [ \"$p\" = $$ ] && continue;"
-		"  echo \"== process $p ($(cat /proc/$p/comm 2>/dev/null))\";"
-		"  if [ -n \"${WSD_BIN:-}\" ] && timeout 20 \"$WSD_BIN\" stat $p; then"
-		"    w=$(timeout 20 \"$WSD_BIN\" stat --waits $p); printf '%s\\n' \"$w\";"
-		/* the wait that began last, on one line: a hang's likeliest culprit */
-		"    printf '%s\\n' \"$w\" | awk '/ fd [0-9]+: slept [0-9]+ ms ago/ {"
+		"procs=\"$WHERE_PID ${WHERE_PEERS:+$(cat /proc/$WHERE_PID/task/*/children 2>/dev/null)}\";"
+		/*
+		 * First, per process, the wait that began last, on one line: a
+		 * hang's likeliest culprit, out before the long dumps (the
+		 * report has a minute, and 1,000 sockets under TCG take many
+		 * seconds a dump)
+		 */
+		"for p in $procs; do"
+		"  [ \"$p\" = $$ ] || [ -z \"${WSD_BIN:-}\" ] && continue;"
+		"  timeout 20 \"$WSD_BIN\" stat --waits $p | awk '"
+		"    / fd [0-9]+: slept [0-9]+ ms ago/ {"
 		"      for (i = 1; i < NF; i++) if ($i == \"slept\") n = $(i + 1) + 0;"
 		"      take = best == \"\" || n < bestn; if (take) { best = $0; bestn = n } next }"
-		"      take && /^  / { best = best \" |\" $0 }"
-		"      END { if (best != \"\") print \"latest wait: \" best }';"
-		"  fi;"
+		"    take && /^  / { best = best \" |\" $0 }"
+		"    END { if (best != \"\") print \"latest wait: \" best }';"
+		"done >&2;"
+		"for p in $procs; do"
+		"  [ \"$p\" = $$ ] && continue;"
+		"  echo \"== process $p ($(cat /proc/$p/comm 2>/dev/null))\";"
+		"  [ -n \"${WSD_BIN:-}\" ] && timeout 20 \"$WSD_BIN\" stat $p &&"
+		"    timeout 20 \"$WSD_BIN\" stat --waits $p;"
 		"  for t in /proc/$p/task/*; do"
 		"    echo \"thread ${t##*/} ($(cat $t/comm)): $(cut -d' ' -f3 $t/stat)"
 		" wchan $(cat $t/wchan) syscall $(cat $t/syscall)\";"
