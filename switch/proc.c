@@ -61,8 +61,7 @@
  */
 static bool unserved(const struct wsd_sock *s)
 {
-	return s->reg_page && !s->listening && !s->connected_side && !s->data_called &&
-	       s->accepted_by == wsd_pid();
+	return s->reg_page && wsd_sock_unserved(s);
 }
 
 static void note_child(struct wsd_sock *s, struct wsd_sock_list *l)

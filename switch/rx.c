@@ -580,10 +580,8 @@ ssize_t wsd_sock_recv(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	ssize_t n;
 
 	/* a peek leaves the bytes for a handler we may fork (accept.c, maybe_handed) */
-	if (!s->data_called && !(flags & MSG_PEEK)) {
-		s->data_called = true;
-		rx_ready_due(s);
-	}
+	if (!(flags & MSG_PEEK))
+		served(s);
 	wsd_upgrade_maybe(s);
 	if (s->prov)
 		wsd_upgrade_settle(s, false);   /* our first bytes wait for the peer's answer: its answer's too */

@@ -91,7 +91,14 @@ int take_error(struct wsd_sock *s);
 
 /* slot.c: the session object */
 void publish_rx_ready(struct wsd_sock *s);
-void rx_ready_due(struct wsd_sock *s);
+void first_data_call(struct wsd_sock *s);
+
+/* Each send and receive (not a peek): the first marks s served. */
+static inline void served(struct wsd_sock *s)
+{
+	if (!s->data_called)
+		first_data_call(s);
+}
 void wsd_session_touched(struct wsd_session *ss, uint64_t off, uint32_t size);
 void became_accel(struct wsd_sock *s, bool was);
 

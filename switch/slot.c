@@ -264,8 +264,7 @@ _Atomic uint64_t wsd_accel_gen;
  */
 static bool ready_deferred(const struct wsd_sock *s)
 {
-	return !s->connected_side && !s->data_called && s->accepted_by == wsd_pid() &&
-	       !s->sess->granted;
+	return wsd_sock_unserved(s) && !s->sess->granted;
 }
 
 /* mu held.  From now on the peer may switch its direction to the ring. */
@@ -310,11 +309,12 @@ void publish_rx_ready(struct wsd_sock *s)
 	s->rx_ready_sent = true;
 }
 
-/* Our program's first data call on s: the peer may be told now (ready_deferred). */
-void rx_ready_due(struct wsd_sock *s)
+/* Our program's first data call on s (served): the peer may be told now (ready_deferred). */
+void first_data_call(struct wsd_sock *s)
 {
 	bool was;
 
+	s->data_called = true;
 	if (!s->sess || s->rx_ready_sent)
 		return;
 	pthread_mutex_lock(&s->mu);

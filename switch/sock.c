@@ -601,3 +601,7 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	return r;
 }
 
+bool wsd_sock_unserved(const struct wsd_sock *s)
+{
+	return s->accepted_by == wsd_pid() && !s->data_called;
+}

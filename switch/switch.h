@@ -393,6 +393,12 @@ void wsd_sock_list_add(struct wsd_sock_list *l, struct wsd_sock *s);
 void wsd_sock_list_free(struct wsd_sock_list *l);
 
 struct wsd_sock *wsd_sock_new(int fd, int family);
+/*
+ * Accepted by this process, whose program has not sent or received on it
+ * yet (a peek does not count): a handler it forks may be the one to serve
+ * it (proc.c), and until then it does not move (slot.c, ready_deferred).
+ */
+bool wsd_sock_unserved(const struct wsd_sock *s);
 /* A new wsd stat slot for a socket on fd, reason pending (never NULL: stat.h). */
 struct wsd_stat_slot *wsd_sock_slot(int fd);
 void wsd_sock_hold(struct wsd_sock *s);

@@ -696,10 +696,7 @@ ssize_t wsd_sock_send(struct wsd_sock *s, const struct iovec *iov, int iovcnt, i
 	size_t first = 0;
 	ssize_t n;
 
-	if (!s->data_called) {
-		s->data_called = true;   /* we serve it ourselves (accept.c, maybe_handed) */
-		rx_ready_due(s);
-	}
+	served(s);   /* we serve it ourselves (accept.c, maybe_handed) */
 	wsd_upgrade_maybe(s);
 	cur_skip(&c, 0);
 	/* an OPEN just sent by message: our bytes wait here for its answer, a while */
