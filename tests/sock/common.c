@@ -37,32 +37,34 @@ void t_where(bool peers)
 {
 	static const char cmd[] =
 		"procs=\"$WHERE_PID ${WHERE_PEERS:+$(cat /proc/$WHERE_PID/task/*/children 2>/dev/null)}\";"
+		"d=$(mktemp -d) || { echo \"report: no temporary folder\" >&2; exit; };"
 		/*
 		 * First, per process, the wait that began last, on one line: a
 		 * hang's likeliest culprit, out before the long dumps (the
 		 * report has a minute, and 1,000 sockets under TCG take many
-		 * seconds a dump)
+		 * seconds a dump); the waits are read once, kept for the dump
 		 */
 		"for p in $procs; do"
 		"  [ \"$p\" = $$ ] || [ -z \"${WSD_BIN:-}\" ] && continue;"
-		"  timeout 20 \"$WSD_BIN\" stat --waits $p | awk '"
+		"  timeout 20 \"$WSD_BIN\" stat --waits $p >$d/$p 2>&1;"
+		"  awk '"
 		"    / fd [0-9]+: slept [0-9]+ ms ago/ {"
 		"      for (i = 1; i < NF; i++) if ($i == \"slept\") n = $(i + 1) + 0;"
 		"      take = best == \"\" || n < bestn; if (take) { best = $0; bestn = n } next }"
 		"    take && /^  / { best = best \" |\" $0 }"
-		"    END { if (best != \"\") print \"latest wait: \" best }';"
+		"    END { if (best != \"\") print \"latest wait: \" best }' $d/$p;"
 		"done >&2;"
 		"for p in $procs; do"
 		"  [ \"$p\" = $$ ] && continue;"
 		"  echo \"== process $p ($(cat /proc/$p/comm 2>/dev/null))\";"
-		"  [ -n \"${WSD_BIN:-}\" ] && timeout 20 \"$WSD_BIN\" stat $p &&"
-		"    timeout 20 \"$WSD_BIN\" stat --waits $p;"
+		"  [ -n \"${WSD_BIN:-}\" ] && timeout 20 \"$WSD_BIN\" stat $p && cat $d/$p;"
 		"  for t in /proc/$p/task/*; do"
 		"    echo \"thread ${t##*/} ($(cat $t/comm)): $(cut -d' ' -f3 $t/stat)"
 		" wchan $(cat $t/wchan) syscall $(cat $t/syscall)\";"
 		"    sed 's/^/    /' $t/stack 2>/dev/null;"
 		"  done;"
-		"done >&2";
+		"done >&2;"
+		"rm -rf $d";
 	char pid[24];
 
 	for (int fd = 3; fd < 4096; fd++)
