@@ -384,6 +384,11 @@ static void take_request(const struct request *q, const struct wsd_tuple *t)
 	bool full = false, over = false, shared = false, gone;
 	uint16_t moved = 0;
 
+	/* the port's every connection stays on TCP: the peer is told so, once for all */
+	if (policy_port_tcp(t->server.port)) {
+		answer_no_port(q, R_POLICY, WSD_REFUSE_EVERY);
+		return;
+	}
 	pthread_mutex_lock(&pend_lock);
 	wsd_fd_each(match, &f);
 	/*
@@ -450,6 +455,11 @@ static void take_channel(SOCKET ws, const struct wsd_hello *h, uint16_t port)
 
 	if (path_of(ws) != PATH_SHM || !peer_pid_is(ws, h->pid)) {
 		refuse(ws, R_UNSUPPORTED);
+		return;
+	}
+	/* the policy keeps the port's connections on TCP: none would use it */
+	if (policy_port_tcp(port)) {
+		refuse_port(ws, R_POLICY, WSD_REFUSE_EVERY);
 		return;
 	}
 	/* its later connections may come to another process: none would use it */

@@ -127,7 +127,7 @@ void connect_fail(struct wsd_sock *s, enum wsd_reason why)
 		return;
 	}
 	if (why == R_SHARED)
-		probe_shared(&s->stat->peer);
+		probe_refused(&s->stat->peer, R_SHARED);
 	atomic_store(&s->upgrade_state, UP_FAILED);
 	wsd_debug("switch: fd %d stays on TCP: %s", s->fd, wsd_reason_name(why));
 }
@@ -264,6 +264,9 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
 		*why = err == WSAEACCES ? R_ACCESS : err == WSAETIMEDOUT ? R_TIMEOUT : R_PEER_PLAIN;
+		/* the transport turns this process away: each connection would be */
+		if (*why == R_ACCESS && key->port == t->server.port)
+			probe_refused(key, R_ACCESS);
 		return NULL;
 	}
 	ch = wsd_chan_new(ws, path_of(ws), true, key);
@@ -300,6 +303,9 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 		/* a well-formed REFUSE gives the peer's reason, anything else protocol */
 		*why = !e && a.reason < R_NREASONS ? (enum wsd_reason)a.reason : R_PROTOCOL;
 		*moved = *why == R_MOVED ? a.seg : 0;
+		/* the port's policy keeps each of its connections on TCP */
+		if (*why == R_POLICY && a.seg == WSD_REFUSE_EVERY && key->port == t->server.port)
+			probe_refused(key, R_POLICY);
 		return NULL;
 	}
 	wsd_session_peer(ss, &a);
@@ -352,6 +358,9 @@ again:
 		s->moved_port = 0;
 		goto again;
 	}
+	/* refused for each connection while this one waited in the queue */
+	if (!s->moved_port && (why = probe_refusal(&key)) != R_NONE)
+		return connect_fail(s, why);
 	if (!wsd_guard_room(UPGRADE_FDS, upgrade_bytes()))
 		return connect_fail(s, R_RESOURCES);
 	tolen = peer_addr(s, &to);
@@ -616,13 +625,20 @@ static void upgrade_maybe(struct wsd_sock *s, bool at_connect)
 		}
 	}
 	if (!s->chan_known) {
-		/* a peer whose listener its forked children share: not asked for a while */
+		/*
+		 * A peer that refused one connection for a reason that holds
+		 * for each (its listener shared with its fork children, its
+		 * policy, our user): not asked for a while.
+		 */
 		struct wsd_stat_addr key;
+		enum wsd_reason why;
 
 		to_addr(&s->peer, &key);
-		if (key.family && probe_is_shared(&key)) {
-			if (atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_FAILED))
-				set_reason(s, R_SHARED);
+		if (key.family && (why = probe_refusal(&key)) != R_NONE) {
+			if (atomic_compare_exchange_strong(&s->upgrade_state, &expect, UP_FAILED)) {
+				(void)learn_tuple(s);   /* wsd stat names it, as connect_fail does */
+				set_reason(s, why);
+			}
 			return;
 		}
 	}

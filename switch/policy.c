@@ -424,6 +424,40 @@ bool wsd_policy_all_tcp(const struct wsd_policy *p)
 	return true;
 }
 
+/*
+ * A rule that may match some connection accepted on port decides for all
+ * of them only when nothing about the connection itself can make it miss:
+ * no peer selector, and no local address (a listener on a wildcard
+ * address takes connections to each of the host's).  So the rules are
+ * walked as for a connection, skipping those that match none of them: the
+ * first that may accelerate any says no; the first that surely keeps all
+ * on TCP says yes; one that keeps only some is passed over, as the others
+ * fall through it.
+ */
+bool wsd_policy_port_tcp(const struct wsd_policy *p, const char *program, uint16_t port)
+{
+	if (p->broken)
+		return true;
+	for (unsigned i = 0; i < p->nrules; i++) {
+		const struct wsd_policy_rule *r = &p->rule[i];
+		bool every = !(r->sel & WSD_POLICY_PEER);
+
+		if ((r->sel & WSD_POLICY_PROGRAM) &&
+		    (!program || fnmatch(r->program, program, 0) != 0))
+			continue;
+		if (r->sel & WSD_POLICY_LOCAL) {
+			if (r->local.port_lo && (port < r->local.port_lo || port > r->local.port_hi))
+				continue;
+			every = every && !r->local.family;
+		}
+		if (r->action == WSD_POLICY_ACCELERATE)
+			return false;
+		if (every)
+			return true;
+	}
+	return p->def == WSD_POLICY_TCP;
+}
+
 /* ---- as text ------------------------------------------------------------------------- */
 
 static size_t addr_text(const char *kw, const struct wsd_policy_addr *a, char *buf, size_t len)

@@ -99,6 +99,13 @@ enum wsd_policy_action wsd_policy_match(const struct wsd_policy *p,
 /* p keeps every connection on TCP: broken, or "default tcp" and no rule accelerates. */
 bool wsd_policy_all_tcp(const struct wsd_policy *p);
 
+/*
+ * p keeps every connection that program accepts on port on TCP, whatever
+ * its peer and the local address it came to (broken, or the rules say so
+ * for each): the port's peers may be told once for all.
+ */
+bool wsd_policy_port_tcp(const struct wsd_policy *p, const char *program, uint16_t port);
+
 /* Rule r as a line would say it, in one canonical form: "tcp peer 10.0.0.0/8 port 5201". */
 void wsd_policy_rule_text(const struct wsd_policy_rule *r, char *buf, size_t len);
 static inline const char *wsd_policy_action_name(enum wsd_policy_action a)

@@ -30,7 +30,13 @@
 static struct probe_peer {
 	struct wsd_stat_addr key;
 	int64_t until_ms;            /* not asked again before then */
-	int64_t shared_until_ms;     /* its listener shared (R_SHARED): no connection asks before then */
+	/*
+	 * An answer that holds for every connection to it (probe_refused):
+	 * none asks before refused_until_ms, and each stays on TCP with
+	 * refused_why.
+	 */
+	int64_t refused_until_ms;
+	uint8_t refused_why;
 	/*
 	 * Its registry sent a connection on to the registry on this port of
 	 * the same address (R_MOVED: a fork child's); until route_until_ms
@@ -149,23 +155,30 @@ void probe_done(const struct probe_job *p, enum wsd_reason why)
 }
 
 /*
- * A peer answered R_SHARED: its listener is shared with processes it
- * forked, and the connection was in another's hands.  Its later
- * connections do not ask (a registry connection each, refused at once)
- * for PROBE_BACKOFF_MS; nor is a channel made ahead to it.
+ * A peer answered with a refusal that holds for each of its connections
+ * (wsd-protocol(7), "Refusals that last"): its listener is shared with
+ * processes it forked and the connection was in another's hands
+ * (R_SHARED), its policy keeps every connection to the port on TCP
+ * (R_POLICY), or its transport turned us away (R_ACCESS: another user).
+ * Its later connections do not ask (each a registry connection or a
+ * mailbox entry, and a wait, refused at once) for PROBE_BACKOFF_MS; nor
+ * is a channel made ahead to it.
  */
-void probe_shared(const struct wsd_stat_addr *key)
+void probe_refused(const struct wsd_stat_addr *key, enum wsd_reason why)
 {
 	struct probe_peer *e;
 
 	pthread_mutex_lock(&probe_lock);
 	e = entry(key, true);
 	if (e) {
-		e->shared_until_ms = wsd_now_ms() + PROBE_BACKOFF_MS;
-		if (e->until_ms < e->shared_until_ms)
-			e->until_ms = e->shared_until_ms;
+		e->refused_until_ms = wsd_now_ms() + PROBE_BACKOFF_MS;
+		e->refused_why = (uint8_t)why;
+		if (e->until_ms < e->refused_until_ms)
+			e->until_ms = e->refused_until_ms;
 	}
 	pthread_mutex_unlock(&probe_lock);
+	wsd_debug("switch: the peer refuses each connection (%s): none asks for %d s",
+		  wsd_reason_name(why), PROBE_BACKOFF_MS / 1000);
 }
 
 /*
@@ -173,7 +186,7 @@ void probe_shared(const struct wsd_stat_addr *key)
  * (request, answer, close: a pre-forked server's short connections).
  * Each such ask cost a provider connection and a registry's look for
  * nothing: after SHARED_LOST of them in a row, the peer is left alone as
- * probe_shared leaves it.  One connection to it upgraded starts the count
+ * probe_refused leaves it.  One connection to it upgraded starts the count
  * again (probe_upgraded).
  */
 void probe_shared_lost(const struct wsd_stat_addr *key)
@@ -191,7 +204,7 @@ void probe_shared_lost(const struct wsd_stat_addr *key)
 	if (now_shared) {
 		wsd_debug("switch: %d short connections in a row to a shared listener: not asked "
 			  "for a while", SHARED_LOST);
-		probe_shared(key);
+		probe_refused(key, R_SHARED);
 	}
 }
 
@@ -210,15 +223,15 @@ void probe_upgraded(struct wsd_sock *s)
 	pthread_mutex_unlock(&probe_lock);
 }
 
-bool probe_is_shared(const struct wsd_stat_addr *key)
+enum wsd_reason probe_refusal(const struct wsd_stat_addr *key)
 {
+	enum wsd_reason r = R_NONE;
 	struct probe_peer *e;
-	bool r = false;
 
 	pthread_mutex_lock(&probe_lock);
 	e = entry(key, false);
-	if (e)
-		r = e->shared_until_ms > wsd_now_ms();
+	if (e && e->refused_until_ms > wsd_now_ms())
+		r = (enum wsd_reason)e->refused_why;
 	pthread_mutex_unlock(&probe_lock);
 	return r;
 }

@@ -93,6 +93,7 @@ static uint64_t tuple_hash(const struct wsd_stat_addr *client, const struct wsd_
 }
 
 _Static_assert(R_MOVED == WSD_REASON_MOVED, "the wire's moved");
+_Static_assert(R_POLICY == WSD_REASON_POLICY, "the wire's policy");
 
 /*
  * up_lock held: r is the registration of port (not a child's own) and

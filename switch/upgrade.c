@@ -122,6 +122,11 @@ enum policy_word policy_check(struct wsd_sock *s)
 	return w;
 }
 
+bool policy_port_tcp(uint16_t port)
+{
+	return wsd_policy_port_tcp(wsd_policy_get(), program_invocation_short_name, port);
+}
+
 /* ---- the SPI instance -------------------------------------------------------- */
 
 pthread_mutex_t up_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -79,6 +79,8 @@ void set_reason(struct wsd_sock *s, enum wsd_reason r);
  */
 enum policy_word { POLICY_OK, POLICY_TCP, POLICY_LATER };
 enum policy_word policy_check(struct wsd_sock *s);
+/* The policy keeps every connection we accept on port on TCP, whoever the peer. */
+bool policy_port_tcp(uint16_t port);
 /* An address as wsd stat keeps it (an IPv4-mapped IPv6 one as IPv4). */
 void to_addr(const struct sockaddr_storage *ss, struct wsd_stat_addr *a);
 /* The 4-tuple of a connected socket, learnt once (and published). */
@@ -146,9 +148,14 @@ bool probe_queue(const struct probe_job *p);            /* connect.c: the worker
 socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to);
 void probe_done(const struct probe_job *p, enum wsd_reason why);  /* the worker's: R_NONE made */
 void probe_atfork_child(void);
-/* The peer at key answered R_SHARED: none of its connections asks for a while. */
-void probe_shared(const struct wsd_stat_addr *key);
-bool probe_is_shared(const struct wsd_stat_addr *key);
+/*
+ * The peer at key answered why for one connection, and would for each
+ * (R_SHARED, R_POLICY, R_ACCESS): none of its connections asks for a
+ * while, each stays on TCP with that reason (probe_refusal: R_NONE when
+ * it may ask).
+ */
+void probe_refused(const struct wsd_stat_addr *key, enum wsd_reason why);
+enum wsd_reason probe_refusal(const struct wsd_stat_addr *key);
 /* a connection answered R_SHARED closed before asking again; s (ours) upgraded */
 void probe_shared_lost(const struct wsd_stat_addr *key);
 void probe_upgraded(struct wsd_sock *s);

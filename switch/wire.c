@@ -25,7 +25,10 @@ static bool all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
-/* A refusal's fields past its reason: zero, but a moved one's port in seg. */
+/*
+ * A refusal's fields past its reason: zero, but a moved one's port in seg,
+ * and a policy one's word that it holds for every connection.
+ */
 static bool refusal_fields_ok(const struct wsd_hello *h)
 {
 	struct wsd_hello c = *h;
@@ -35,6 +38,8 @@ static bool refusal_fields_ok(const struct wsd_hello *h)
 			return false;
 		c.seg = 0;
 	}
+	if (h->reason == WSD_REASON_POLICY && c.seg == WSD_REFUSE_EVERY)
+		c.seg = 0;
 	return all_zero((const uint8_t *)&c + offsetof(struct wsd_hello, ring_size),
 			sizeof(c) - offsetof(struct wsd_hello, ring_size));
 }

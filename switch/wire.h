@@ -28,10 +28,14 @@
 #define WSD_PROTO_VERSION 13u
 #define WSD_TUPLE_MAGIC   0x5754u       /* "TW" */
 /*
- * The one refusal that carries a field: "moved", the process that holds
- * the connection has a registry of its own, on the port in seg (1-65535).
+ * The refusals that carry a field: "moved", the process that holds the
+ * connection has a registry of its own, on the port in seg (1-65535);
+ * "policy", whose seg is WSD_REFUSE_EVERY when the policy keeps every
+ * connection to the port on TCP, whoever asks (else 0).
  */
 #define WSD_REASON_MOVED  19u
+#define WSD_REASON_POLICY 21u
+#define WSD_REFUSE_EVERY  1u
 #define WSD_NONCE         16u           /* bytes of a handshake's challenge */
 
 /*

@@ -154,6 +154,50 @@ START_TEST(parse_empty)
 }
 END_TEST
 
+/* A port whose every connection stays on TCP, whoever the peer, and ports that are not. */
+START_TEST(port_tcp)
+{
+	ck_assert_int_eq(parse(""), 0);
+	ck_assert(!wsd_policy_port_tcp(pol, "srv", 80));
+	ck_assert_int_eq(parse("default tcp\n"), 0);
+	ck_assert(wsd_policy_port_tcp(pol, "srv", 80));
+	ck_assert(wsd_policy_port_tcp(pol, NULL, 80));
+	/* by port: that port only */
+	ck_assert_int_eq(parse("tcp local port 80-81\n"), 0);
+	ck_assert(wsd_policy_port_tcp(pol, "srv", 80));
+	ck_assert(wsd_policy_port_tcp(pol, "srv", 81));
+	ck_assert(!wsd_policy_port_tcp(pol, "srv", 82));
+	/* by program: that program only; an unknown name matches no program rule */
+	ck_assert_int_eq(parse("tcp program sr?\n"), 0);
+	ck_assert(wsd_policy_port_tcp(pol, "srv", 80));
+	ck_assert(!wsd_policy_port_tcp(pol, "nginx", 80));
+	ck_assert(!wsd_policy_port_tcp(pol, NULL, 80));
+	/* a peer or a local address decides per connection: not the port's */
+	ck_assert_int_eq(parse("tcp peer 10.0.0.0/8\n"), 0);
+	ck_assert(!wsd_policy_port_tcp(pol, "srv", 80));
+	ck_assert_int_eq(parse("tcp local 127.0.0.1 port 80\n"), 0);
+	ck_assert(!wsd_policy_port_tcp(pol, "srv", 80));
+	/* ...unless every connection that misses it stays on TCP further down */
+	ck_assert_int_eq(parse("tcp peer 10.0.0.0/8\ndefault tcp\n"), 0);
+	ck_assert(wsd_policy_port_tcp(pol, "srv", 80));
+	ck_assert_int_eq(parse("tcp peer 10.0.0.0/8\ntcp local port 80\n"), 0);
+	ck_assert(wsd_policy_port_tcp(pol, "srv", 80));
+	/* a rule that may accelerate some first: not all on TCP */
+	ck_assert_int_eq(parse("accelerate peer 10.0.0.0/8\ndefault tcp\n"), 0);
+	ck_assert(!wsd_policy_port_tcp(pol, "srv", 80));
+	ck_assert_int_eq(parse("accelerate local port 80\ndefault tcp\n"), 0);
+	ck_assert(!wsd_policy_port_tcp(pol, "srv", 80));
+	ck_assert(wsd_policy_port_tcp(pol, "srv", 81));
+	/* the first rule that matches them all wins over later ones */
+	ck_assert_int_eq(parse("tcp local port 80\naccelerate program srv\n"), 0);
+	ck_assert(wsd_policy_port_tcp(pol, "srv", 80));
+	ck_assert(!wsd_policy_port_tcp(pol, "srv", 81));
+	/* broken: everything on TCP */
+	ck_assert_int_eq(parse("acclerate\n"), -EINVAL);
+	ck_assert(wsd_policy_port_tcp(pol, "srv", 80));
+}
+END_TEST
+
 START_TEST(parse_bad)
 {
 	BAD("accelerate program a\n\n\n\n\n\nacclerate peer 1.2.3.4\n", 7,
@@ -548,6 +592,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, parse_good);
 	tcase_add_test(tc, parse_empty);
 	tcase_add_test(tc, parse_bad);
+	tcase_add_test(tc, port_tcp);
 	tcase_add_test(tc, first_match_wins);
 	tcase_add_test(tc, addresses);
 	tcase_add_test(tc, ports);

@@ -61,6 +61,16 @@ START_TEST(hello_valid)
 	f.seg = 40000;
 	f.pid = 7;
 	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
+	f.pid = 0;
+	/* policy: its seg says "every connection to the port", or nothing */
+	f.reason = WSD_REASON_POLICY;
+	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
+	f.seg = WSD_REFUSE_EVERY;
+	VALID(wsd_wire_hello_check(&f, MSG_ACCEPT, &why));
+	f.seg = 0;
+	VALID(wsd_wire_hello_check(&f, MSG_ACCEPT, &why));
+	f.seg = 2;
+	BROKEN(wsd_wire_hello_check(&f, MSG_ACCEPT, &why), "fields");
 	/* shm: a pid and its memfd's descriptor */
 	h.pid = 4242;
 	h.region_fd = 0;
@@ -216,6 +226,12 @@ START_TEST(chmsg_checks)
 	z.h.reason = WSD_REASON_MOVED;
 	VALID(wsd_wire_chmsg_check(&z, &why));
 	z.h.seg = 0;
+	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
+	z.h.reason = WSD_REASON_POLICY;
+	VALID(wsd_wire_chmsg_check(&z, &why));
+	z.h.seg = WSD_REFUSE_EVERY;
+	VALID(wsd_wire_chmsg_check(&z, &why));
+	z.h.seg = 40000;
 	BROKEN(wsd_wire_chmsg_check(&z, &why), "fields");
 
 	memset(&z, 0, sizeof(z));

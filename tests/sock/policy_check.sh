@@ -17,6 +17,11 @@
 #   client-only    only the client's: it never asks, so the server's
 #                  socket stays pending and its registry refused nothing;
 #   program-glob   "tcp program python*": both on TCP, reason policy.
+#   port-remembered the server's policy keeps its whole port on TCP, and
+#                  the client makes 20 connections of 64 KiB each before
+#                  the one looked at: the refusal says so, the client
+#                  remembers it, and the server's registry refuses at most
+#                  3 requests (one each, before).
 # Skips (77) without python3.  WSD_DEBUG_POLICY=1 shows the switch's
 # debug lines of both ends.
 set -u
@@ -70,6 +75,15 @@ port, tmp, want = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 # peer's ring ahead of the answer (libwsd(7), When a connection is upgraded).
 local = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 first = None
+# MORE short connections first, each past the bytes that make it ask
+for _ in range(int(os.environ.get("MORE", "0"))):
+    c = socket.create_connection(("127.0.0.1", port))
+    echo(c, 64 << 10, 2)
+    print("client: a short connection on %s" % path(c))
+    c.shutdown(socket.SHUT_WR)
+    if c.recv(1):
+        sys.exit("bytes after the echo")
+    c.close()
 if local:
     first = socket.create_connection(("127.0.0.1", port))
     echo(first, 256 << 10, 5)
@@ -104,7 +118,8 @@ EOF
 # of the connection to PORT (from the client's port LOCAL, when not 0) in
 # wsd stat --json must be "PATH/REASON" as WANT-CLIENT and WANT-SERVER
 # say; REGISTRY "none": the server's registry refused no request, a
-# reason: it refused one with that reason at least, "-": not looked at.
+# reason: it refused one with that reason at least, REASON<=N: from one to
+# N with that reason, "-": not looked at.
 cat >"$tmp/check.py" <<'EOF'
 import json, sys
 stat, port, local, want_c, want_s, registry = sys.argv[1:7]
@@ -135,6 +150,9 @@ if server and registry != "-":
     print("  the server's registry refused: %s" % (refused or "nothing"))
     if registry == "none":
         ok = ok and not refused
+    elif "<=" in registry:
+        why, most = registry.split("<=")
+        ok = ok and 0 < refused.get(why, 0) <= int(most)
     else:
         ok = ok and refused.get(registry, 0) > 0
 sys.exit(0 if ok else 1)
@@ -152,7 +170,7 @@ run() {
 	rm -f "$tmp/ready" "$tmp/sready" "$tmp/go"
 	dbg=${WSD_DEBUG_POLICY:-0}
 	timeout 60 env WSD_DEBUG="$dbg" WSD_CONF="$sconf" "$wsd" run -- \
-		python3 "$tmp/server.py" "$port" "$tmp/sready" $((${local:+1} + 1)) \
+		python3 "$tmp/server.py" "$port" "$tmp/sready" $((${local:+1} + 1 + ${MORE:-0})) \
 		>"$tmp/server.out" 2>"$tmp/server.err" &
 	spid=$!
 	pids="$pids $spid"
@@ -160,7 +178,7 @@ run() {
 	while [ ! -s "$tmp/sready" ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n + 1)); done
 	[ -s "$tmp/sready" ] || { fail "$name: the server did not start"; cat "$tmp/server.err"; return; }
 	# shellcheck disable=SC2086
-	timeout 60 env WSD_DEBUG="$dbg" WSD_CONF="$cconf" "$wsd" run -- \
+	timeout 60 env WSD_DEBUG="$dbg" WSD_CONF="$cconf" MORE="${MORE:-0}" "$wsd" run -- \
 		python3 "$tmp/client.py" "$port" "$tmp" "${want_c%%/*}" $local \
 		>"$tmp/client.out" 2>"$tmp/client.err" &
 	cpid=$!
@@ -283,6 +301,21 @@ tcp program python*
 EOF
 run program-glob "$tmp/glob.conf" "$tmp/glob.conf" tcp/policy tcp/policy
 quiet_run program-glob
+
+# Twenty connections to a port the server's policy keeps on TCP: the
+# first refusal says it holds for the whole port, and the client asks no
+# more (each would cost the server's registry a request, and the client a
+# provider connection or a wait for its answer).
+port=$(free_port)
+cat >"$tmp/server.conf" <<EOF
+tcp local port $port
+EOF
+MORE=20
+run port-remembered "$tmp/server.conf" "" tcp/policy tcp/policy "policy<=3"
+quiet_run port-remembered
+n=$(grep -c "a short connection on tcp" "$tmp/client.out")
+[ "$n" = 20 ] || fail "port-remembered: $n of 20 short connections on tcp"
+MORE=0
 
 # The server's policy keeps a second connection between the two processes
 # on TCP, whose client asks for it on their channel at its connect (on shm
