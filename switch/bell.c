@@ -17,6 +17,7 @@
 #include <linux/sockios.h>
 #include <sched.h>
 
+#include "provider/fault.h"
 #include "switch/sess_int.h"
 
 /*
@@ -81,7 +82,8 @@ bool try_bell(struct wsd_sock *s)
 		errno = EPIPE;
 		return false;
 	}
-	if (real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+	if (wsd_fault("bell-unsent", NULL) ? (errno = ENOBUFS, true) :
+	    real.send(s->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
 		e = errno;
 		put_word(ss, W_TX, CW_BELLS, ss->bells_tx << 1);
 		/*
@@ -96,13 +98,43 @@ bool try_bell(struct wsd_sock *s)
 	}
 	ss->bells_tx++;
 	wsd_stat_add(s->stat, &s->stat->doorbells_tx, 1);
+	/* one bell wakes the peer for every ring before it: none is owed */
+	atomic_store_explicit(&ss->bell_owed, false, memory_order_relaxed);
 	return true;
 }
 
-/* A bell that finds the buffer full is not needed: the peer looks again after arming. */
+/*
+ * tx_lock held: a ring (wsd-protocol(7), Sleeping and waking).  The peer
+ * that armed may be asleep on its kernel socket with nothing else coming
+ * there, so a bell the kernel did not take is owed, not dropped: the
+ * channel's sweep and this socket's next wait write it (bell_retry).
+ * Only a peer that began to close (EPIPE), a socket closed here or a
+ * connection reset needs none.
+ */
 static void doorbell(struct wsd_sock *s)
 {
-	(void)try_bell(s);
+	struct wsd_session *ss = s->sess;
+
+	if (try_bell(s))
+		return;
+	ss->bells_unsent++;
+	ss->bell_errno = errno;
+	if (errno != EPIPE && errno != EBADF && errno != ECONNRESET)
+		atomic_store_explicit(&ss->bell_owed, true, memory_order_relaxed);
+}
+
+/*
+ * A bell owed (doorbell), written now if tx_lock is free (its holder is
+ * sending: it rings after its records anyway).  Cheap when none is owed.
+ */
+void bell_retry(struct wsd_sock *s, struct wsd_session *ss)
+{
+	if (!atomic_load_explicit(&ss->bell_owed, memory_order_relaxed) ||
+	    pthread_mutex_trylock(&s->tx_lock))
+		return;
+	if (s->sess == ss && atomic_load(&ss->bell_owed))
+		doorbell(s);
+	pthread_mutex_unlock(&s->tx_lock);
 }
 
 /* tx_lock held: the peer waits for data, so make its fd readable. */

@@ -91,6 +91,13 @@ struct wsd_session {
 	uint64_t zc_finished;
 	/* doorbell bytes on the stream since the switch, each way (BACK counts them) */
 	uint64_t bells_tx;           /* tx_lock */
+	/*
+	 * tx_lock: a ring that wrote no byte while the peer may sleep on it
+	 * (bell_retry), rings that wrote none, and the last one's errno.
+	 */
+	_Atomic bool bell_owed;
+	uint64_t bells_unsent;
+	int bell_errno;
 	uint64_t bells_rx;           /* mu */
 	/* mu: since when (ms; 0: not) the peer's announced bells exceed those
 	 * read with our kernel socket empty, and bells_rx then */

@@ -225,6 +225,8 @@ void wsd_session_sweep(struct wsd_session *ss, int64_t now)
 {
 	struct wsd_sock *s = ss->sock;
 
+	if (s)
+		bell_retry(s, ss);   /* a ring the kernel refused: its bell, late */
 	if (!s || !ss->peer_map || !ss->tx_page_ms || now - ss->tx_page_ms < IDLE_MS ||
 	    pthread_mutex_trylock(&s->tx_lock))
 		return;

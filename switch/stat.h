@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define WSD_STAT_MAGIC   0x54534457u    /* "WDST" */
-#define WSD_STAT_VERSION 5u
+#define WSD_STAT_VERSION 6u
 #define WSD_STAT_SLOTS   65536u
 #define WSD_STAT_DIR     "/dev/shm"
 #define WSD_STAT_PREFIX  "wsd-stat."
@@ -51,6 +51,9 @@ enum {
 	WSD_WAIT_BELLS_RX,      /* doorbells we read, */
 	WSD_WAIT_BELLS_ANN,     /* doorbells the peer announced, */
 	WSD_WAIT_CLOSED,        /* the peer's closed word */
+	WSD_WAIT_ARM_BELLS,     /* the peer's announced bells when we last armed for data */
+	WSD_WAIT_BELLS_UNSENT,  /* rings of ours that wrote no byte, */
+	WSD_WAIT_BELL_ERRNO,    /* and the errno of the last */
 	WSD_STAT_WAIT_N
 };
 

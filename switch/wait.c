@@ -229,6 +229,9 @@ static void note_wait(struct wsd_sock *s, bool for_rx)
 	v[WSD_WAIT_BELLS_RX] = ss->bells_rx;
 	v[WSD_WAIT_BELLS_ANN] = wsd_bells_announced(atomic_load(&ss->seen[CW_BELLS]));
 	v[WSD_WAIT_CLOSED] = atomic_load(&ss->seen[CW_CLOSED]);
+	v[WSD_WAIT_ARM_BELLS] = ss->arm_bells;
+	v[WSD_WAIT_BELLS_UNSENT] = ss->bells_unsent;
+	v[WSD_WAIT_BELL_ERRNO] = (uint64_t)ss->bell_errno;
 	atomic_store_explicit(&w[WSD_WAIT_AT], 0, memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
 	for (int i = 1; i < WSD_STAT_WAIT_N; i++)
@@ -274,6 +277,9 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 	pthread_mutex_unlock(&s->mu);
 	if (grace >= 0)
 		peek = false;
+	/* a ring of ours that wrote no bell: the peer may sleep for it as we do */
+	if (s->sess)
+		bell_retry(s, s->sess);
 	/* the caller entered as a sleeper (sleeper_enter) before its last look */
 	wsd_stat_add(s->stat, &s->stat->waits, 1);
 	race_window();    /* looked, not yet asleep: the bell must still wake it */

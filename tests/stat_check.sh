@@ -248,7 +248,7 @@ until "$wsd" stat --waits >"$tmp/waits" 2>/dev/null &&
 done
 for l in '^  send: pos [0-9]* consumed [0-9]* zc [0-9]*/[0-9]* space_arm [0-9]*; peer' \
 	 '^  receive: pos [0-9]* reported [0-9]* data_arm [0-9]*; peer' \
-	 '^  doorbells: sent [0-9]* read [0-9]* announced [0-9]*; peer'; do
+	 '^  doorbells: sent [0-9]* read [0-9]* announced [0-9]* ([0-9]* at the last arm); unsent [0-9]* (errno [0-9]*); peer'; do
 	grep -q "$l" "$tmp/waits" || fail "wsd stat --waits lacks '$l': $(cat "$tmp/waits")"
 done
 "$wsd" stat --json >"$tmp/json" || fail "wsd stat --json failed"

@@ -673,8 +673,10 @@ static void print_waits(const struct proc *procs, size_t nprocs)
 			       w[WSD_WAIT_RX_POS], w[WSD_WAIT_RX_REPORTED], w[WSD_WAIT_DATA_GEN],
 			       w[WSD_WAIT_PEER_SPACE_ARM], w[WSD_WAIT_RUNG_SPACE]);
 			printf("  doorbells: sent %" PRIu64 " read %" PRIu64 " announced %" PRIu64
-			       "; peer's closed %" PRIu64 "\n",
+			       " (%" PRIu64 " at the last arm); unsent %" PRIu64 " (errno %" PRIu64
+			       "); peer's closed %" PRIu64 "\n",
 			       w[WSD_WAIT_BELLS_TX], w[WSD_WAIT_BELLS_RX], w[WSD_WAIT_BELLS_ANN],
+			       w[WSD_WAIT_ARM_BELLS], w[WSD_WAIT_BELLS_UNSENT], w[WSD_WAIT_BELL_ERRNO],
 			       w[WSD_WAIT_CLOSED]);
 		}
 	}

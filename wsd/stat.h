@@ -26,7 +26,7 @@ struct row {
 	char path[16], reason[24];
 	uint64_t ctr[NCTRS];
 	uint64_t mem_ino[2];         /* the channel's memory (switch/stat.h) */
-	uint64_t wait[20];           /* the last sleep's state (switch/stat.h), wait[0] 0: none */
+	uint64_t wait[23];           /* the last sleep's state (switch/stat.h), wait[0] 0: none */
 	int64_t wait_age_ms;         /* how long ago it began */
 };
 
