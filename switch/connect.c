@@ -264,9 +264,12 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
 		*why = err == WSAEACCES ? R_ACCESS : err == WSAETIMEDOUT ? R_TIMEOUT : R_PEER_PLAIN;
-		/* the transport turns this process away: each connection would be */
-		if (*why == R_ACCESS && key->port == t->server.port)
-			probe_refused(key, R_ACCESS);
+		/*
+		 * The transport turns this process away, or no registry
+		 * listens there (a plain program): each connection would be.
+		 */
+		if ((*why == R_ACCESS || err == WSAECONNREFUSED) && key->port == t->server.port)
+			probe_refused(key, *why);
 		return NULL;
 	}
 	ch = wsd_chan_new(ws, path_of(ws), true, key);

@@ -24,6 +24,8 @@
 #define ROUTE_MS 30000               /* a route learnt, and one that missed, last this long */
 #define PROBE_RETRY_MS 1000
 #define PROBE_PEERS 32
+#define PLAIN_FIRST_MS 1000          /* no registry: left alone this long, doubling */
+#define PLAIN_STRIKES 5
 #define SHARED_LOST 4                /* short connections in a row a shared listener left on TCP */
 
 /* Peers asked (or being asked) lately: a small table, the oldest entry reused. */
@@ -37,6 +39,7 @@ static struct probe_peer {
 	 */
 	int64_t refused_until_ms;
 	uint8_t refused_why;
+	uint8_t plain_strikes;       /* R_PEER_PLAIN answers in a row: the next pause doubles */
 	/*
 	 * Its registry sent a connection on to the registry on this port of
 	 * the same address (R_MOVED: a fork child's); until route_until_ms
@@ -147,6 +150,8 @@ void probe_done(const struct probe_job *p, enum wsd_reason why)
 	e = entry(&p->key, false);
 	if (e) {
 		e->busy = false;
+		if (why == R_NONE)
+			e->plain_strikes = 0;
 		/* made: asked again only if the channel ends and a short connection closes */
 		e->until_ms = why == R_NONE ? 0 :
 			      wsd_now_ms() + (passing ? PROBE_RETRY_MS : PROBE_BACKOFF_MS);
@@ -166,19 +171,33 @@ void probe_done(const struct probe_job *p, enum wsd_reason why)
  */
 void probe_refused(const struct wsd_stat_addr *key, enum wsd_reason why)
 {
+	int64_t ms = PROBE_BACKOFF_MS;
 	struct probe_peer *e;
 
 	pthread_mutex_lock(&probe_lock);
 	e = entry(key, true);
 	if (e) {
-		e->refused_until_ms = wsd_now_ms() + PROBE_BACKOFF_MS;
+		/*
+		 * No registry there (a plain program): 1 s, then twice as long
+		 * each time again, up to PROBE_BACKOFF_MS.  A server that began
+		 * its registry a moment after its listener took our first ask
+		 * is found soon; a plain one costs a registry connection in 30 s.
+		 */
+		if (why == R_PEER_PLAIN) {
+			ms = PLAIN_FIRST_MS << e->plain_strikes;
+			if (ms > PROBE_BACKOFF_MS)
+				ms = PROBE_BACKOFF_MS;
+			if (e->plain_strikes < PLAIN_STRIKES)
+				e->plain_strikes++;
+		}
+		e->refused_until_ms = wsd_now_ms() + ms;
 		e->refused_why = (uint8_t)why;
 		if (e->until_ms < e->refused_until_ms)
 			e->until_ms = e->refused_until_ms;
 	}
 	pthread_mutex_unlock(&probe_lock);
-	wsd_debug("switch: the peer refuses each connection (%s): none asks for %d s",
-		  wsd_reason_name(why), PROBE_BACKOFF_MS / 1000);
+	wsd_debug("switch: the peer refuses each connection (%s): none asks for %lld ms",
+		  wsd_reason_name(why), (long long)ms);
 }
 
 /*
@@ -219,7 +238,7 @@ void probe_upgraded(struct wsd_sock *s)
 	pthread_mutex_lock(&probe_lock);
 	e = key.family ? entry(&key, false) : NULL;
 	if (e)
-		e->shared_lost = 0;
+		e->shared_lost = e->plain_strikes = 0;
 	pthread_mutex_unlock(&probe_lock);
 }
 

@@ -17,6 +17,9 @@
 #   client-only    only the client's: it never asks, so the server's
 #                  socket stays pending and its registry refused nothing;
 #   program-glob   "tcp program python*": both on TCP, reason policy.
+#   plain-remembered the server is plain (no wsd run): of the client's 21
+#                  connections, at most 3 ask (the answer, no registry,
+#                  is remembered for 1 s, then 2, 4...).
 #   port-remembered the server's policy keeps its whole port on TCP, and
 #                  the client makes 20 connections of 64 KiB each before
 #                  the one looked at: the refusal says so, the client
@@ -316,6 +319,31 @@ quiet_run port-remembered
 n=$(grep -c "a short connection on tcp" "$tmp/client.out")
 [ "$n" = 20 ] || fail "port-remembered: $n of 20 short connections on tcp"
 MORE=0
+
+# Twenty-one connections of 64 KiB to a plain server: the first that asks
+# finds no registry, and the next ones do not ask for a while.
+port=$(free_port)
+echo "== plain-remembered"
+rm -f "$tmp/sready" "$tmp/ready" "$tmp/go"
+timeout 60 python3 "$tmp/server.py" "$port" "$tmp/sready" 21 >"$tmp/server.out" 2>&1 &
+spid=$!
+pids="$pids $spid"
+n=0
+while [ ! -s "$tmp/sready" ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n + 1)); done
+touch "$tmp/go"
+timeout 60 env WSD_DEBUG=1 WSD_CONF= MORE=20 "$wsd" run -- \
+	python3 "$tmp/client.py" "$port" "$tmp" tcp >"$tmp/client.out" 2>"$tmp/client.err"
+crc=$?
+wait $spid
+[ $crc -eq 0 ] || { fail "plain-remembered: the client exited $crc"; cat "$tmp/client.err"; }
+asked=$(grep -c "upgrade queued" "$tmp/client.err")
+if [ "$asked" -ge 1 ] && [ "$asked" -le 3 ] &&
+	grep -q "refuses each connection (peer-plain)" "$tmp/client.err"; then
+	echo "ok: plain-remembered: $asked of 21 connections asked"
+else
+	fail "plain-remembered: $asked of 21 connections asked the plain server"
+	grep "wsd\[" "$tmp/client.err" | head -n 20
+fi
 
 # The server's policy keeps a second connection between the two processes
 # on TCP, whose client asks for it on their channel at its connect (on shm
