@@ -112,6 +112,9 @@ static bool to_ring(struct wsd_sock *s, int64_t written)
 	 */
 	if (no_proof || !wsd_fault("no-proof-bell", NULL))
 		ring_data(s);
+	/* the test build: a listening side's data of this send after the bell, late */
+	if (!s->connected_side && wsd_fault("switch-data-delay", &ms))
+		usleep((useconds_t)ms * 1000);
 	pthread_mutex_lock(&s->mu);
 	was = s->accel;
 	s->accel = true;

@@ -347,6 +347,9 @@ static ssize_t kernel_recv(struct wsd_sock *s, struct cursor *c, size_t max, int
 	return n < 0 ? -errno : n;
 }
 
+/* A blocking receive's look after it armed (the test build's last-look-delay). */
+static __thread bool last_look;
+
 /*
  * rx_lock held, rx_ready sent: one non-blocking step in whatever mode.
  * Bytes, 0 for the end of the stream, -EAGAIN, or -errno.
@@ -419,6 +422,13 @@ ssize_t rx_step(struct wsd_sock *s, struct cursor *c, int flags)
 		 * then ours, but the bell after it is the other's wake-up.
 		 */
 		keep = !(flags & MSG_PEEK) && !proof_alone(s);
+		{
+			long us;
+
+			/* the test build: the peer's SWITCH, proof and bell may all come now */
+			if (last_look && s->connected_side && wsd_fault("last-look-delay", &us))
+				usleep((useconds_t)us);
+		}
 		n = kernel_recv(s, c, want, (flags & MSG_PEEK) | MSG_DONTWAIT | (keep ? MSG_PEEK : 0));
 		check_switch(s, false);
 		if (keep && n > 0) {
@@ -543,9 +553,27 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		if (n == -EAGAIN) {
 			if (!nonblock)
 				rx_sleeper_enter(s);
-			arm_data(s, !nonblock);
-			asleep_armed = !nonblock;
-			n = rx_step(s, c, flags);
+			/*
+			 * The last look may take the peer's proof from the
+			 * stream and the bells behind it (proof_in_read): the
+			 * bell rung for this very arm, after which the peer
+			 * rings no more for it, and the data it announced may
+			 * still be on its way.  So armed again, and looked
+			 * again, until a look takes no bell (wsd-protocol(7),
+			 * Sleeping and waking).
+			 */
+			for (;;) {
+				uint64_t bells;
+
+				arm_data(s, !nonblock);
+				asleep_armed = !nonblock;
+				bells = bells_read(s);
+				last_look = !nonblock;
+				n = rx_step(s, c, flags);
+				last_look = false;
+				if (n != -EAGAIN || !s->sess || bells_read(s) == bells)
+					break;
+			}
 			if (n != -EAGAIN && !nonblock)
 				rx_sleeper_leave(s);
 		}

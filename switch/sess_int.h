@@ -199,6 +199,8 @@ bool proof_alone(struct wsd_sock *s);
 void arm_data(struct wsd_sock *s, bool self);
 /* The last arm word the peer has not rung yet (no bell announced since it went out)? */
 bool arm_unrung(struct wsd_session *ss);
+/* The doorbells read on s's session so far (0 without one). */
+uint64_t bells_read(struct wsd_sock *s);
 void disarm_data(struct wsd_sock *s);
 int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline);
 bool spin_for_data(struct wsd_sock *s);

@@ -8,7 +8,7 @@
  * a SWITCH record, the byte, then the proof on the stream), and only then
  * waits: its first look finds the SWITCH with the proof still to come.
  *
- *   proofwake CONNS [thread|twin]
+ *   proofwake CONNS [thread|twin|bulk]
  *
  * With "thread", the client waits in a blocking recv instead, while a
  * second thread of its polls the same socket (poll, timeout 0) every
@@ -26,6 +26,18 @@
  * the first byte, and leaves the second in the ring for the first
  * receive, which must wake for it: the stream carries nothing more unless
  * the server rang a doorbell after its proof.
+ *
+ * With "bulk", the server answers each byte with BULK bytes in one send,
+ * more than a record between its SWITCH and its proof holds: the SWITCH,
+ * the proof and a bell go first, the bytes after them (the test build
+ * holds them back, switch-data-delay), and the client waits in a blocking
+ * receive whose last look, after it armed, takes the proof and the bell
+ * (the test build holds that look 100 ms between its look at the ring and
+ * its read of the stream, last-look-delay, and the server answers
+ * BULK_LEAD_US after the byte came: inside that window).
+ * That bell was rung for its arm, and the server rings no more for it:
+ * the receive must arm again before it sleeps, or it sleeps with the bytes
+ * in its ring until its timeout.
  *
  * The server listens on WSD_TEST_ADDR (default 127.0.0.1: the VM rig runs
  * it across its wire).  With WSD_EXPECT_PATH set, a connection's turns go
@@ -65,8 +77,10 @@
 #define LATE_MS 3000      /* a wait this long slept through its wake-up */
 #define LEAD_US 20000     /* the server's answer goes first by this much */
 #define TWIN_LEAD_US 80000 /* twin: the second receive starts this much later */
+#define BULK 16384
+#define BULK_LEAD_US 150000 /* bulk: the server's answer, after the client's last look */
 
-static bool twin;
+static bool twin, bulk;
 
 static void die(const char *what)
 {
@@ -126,7 +140,15 @@ static void server(int lfd, int conns)
 			if (n != 1)
 				die("server recv");
 			char two[2] = { c, (char)(c + 1) };
+			static char block[BULK];
 
+			if (bulk) {
+				usleep(BULK_LEAD_US);
+				memset(block, c, sizeof(block));
+				if (send(fd, block, BULK, MSG_NOSIGNAL) != BULK)
+					die("server send");
+				continue;
+			}
 			if (send(fd, two, twin ? 2 : 1, MSG_NOSIGNAL) != (twin ? 2 : 1))
 				die("server send");
 		}
@@ -145,12 +167,14 @@ int main(int argc, char **argv)
 	pid_t pid;
 
 	if (argc < 2 || argc > 3 || (conns = atoi(argv[1])) <= 0 ||
-	    (argc == 3 && strcmp(argv[2], "thread") && strcmp(argv[2], "twin"))) {
-		fprintf(stderr, "usage: proofwake CONNS [thread|twin]\n");
+	    (argc == 3 && strcmp(argv[2], "thread") && strcmp(argv[2], "twin") &&
+	     strcmp(argv[2], "bulk"))) {
+		fprintf(stderr, "usage: proofwake CONNS [thread|twin|bulk]\n");
 		return 2;
 	}
 	twin = argc == 3 && !strcmp(argv[2], "twin");
-	threads = argc == 3 && !twin;
+	bulk = argc == 3 && !strcmp(argv[2], "bulk");
+	threads = argc == 3 && !twin && !bulk;
 	if (getenv("WSD_TEST_ADDR") && inet_pton(AF_INET, getenv("WSD_TEST_ADDR"), &a.sin_addr) != 1) {
 		fprintf(stderr, "proofwake: WSD_TEST_ADDR is not an IPv4 address\n");
 		return 2;
@@ -220,6 +244,26 @@ int main(int argc, char **argv)
 				if (n != 1 || (d != c && d != (char)(c + 1)) ||
 				    f.d != (char)(d == c ? c + 1 : c))
 					die("the two bytes");
+				goto turned;
+			}
+			if (bulk) {
+				static char got[BULK];
+
+				/* at once: armed before the server's proof comes */
+				clock_gettime(CLOCK_MONOTONIC, &t0);
+				n = recv(fd, got, BULK, MSG_WAITALL);
+				clock_gettime(CLOCK_MONOTONIC, &t1);
+				ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+				if (n != BULK || ms >= LATE_MS) {
+					printf("connection %d, turn %d: recv returned %d of %d bytes after "
+					       "%ld ms\n", k, i, (int)n, BULK, ms);
+					fflush(stdout);
+					kill(pid, SIGKILL);
+					return 1;
+				}
+				for (int j = 0; j < BULK; j++)
+					if (got[j] != c)
+						die("the block");
 				goto turned;
 			}
 			usleep(LEAD_US);

@@ -22,7 +22,9 @@
 # takes the proof and one byte of two while sleep-race holds the first
 # between its last look and its sleep; only the bell after the proof
 # wakes the first (without it, it slept to its 10 s timeout in the first
-# connection).  About 10 s.
+# connection).  Then bulk: a blocking receive whose last look after it
+# armed takes the proof and the bell behind it, the data still to come
+# (below).  About 15 s.
 set -u
 top=${top_builddir:-.}
 lib=$top/tests/fault/.libs/libwsd_fault.so
@@ -62,4 +64,27 @@ grep -q "no-proof-bell fires" "$tmp/err" ||
 # Two receives at once: the one that takes the proof leaves the other's byte in the ring.
 run sleep-race twin
 echo "ok: two receiving threads, the proof taken by one: the other woke for its byte"
+# A blocking receive whose last look, after it armed, takes the proof and
+# the bell rung for that arm (the stream read before the ring's SWITCH is
+# looked at): it must arm again before it sleeps, as the data behind the
+# proof comes later and the sender rings no more for the old arm.  16 KiB
+# rings, so the server's 16 KiB answer cannot ride between its SWITCH and
+# its proof; last-look-delay holds the client's last look 300 ms open on
+# its connecting side, switch-data-delay holds the server's data 400 ms
+# after its bell.  Before, the client slept to its 10 s timeout (the VM
+# rig's many.pair stall over verbs, where 16 KiB rings are the rule).
+WSD_LIB=$lib WSD_FAULT="last-look-delay=300000@1+,switch-data-delay=400@1+" WSD_UPGRADE_BYTES=1 \
+	WSD_SWITCH_RING=16384 WSD_SPIN_US=0 WSD_EXPECT_PATH=shm \
+	timeout -s KILL 120 "$top/wsd/wsd" run -- "$prog" 2 bulk >"$tmp/out" 2>"$tmp/err"
+rc=$?
+cat "$tmp/out"
+if [ $rc -ne 0 ] || ! grep -q '^ok 2$' "$tmp/out"; then
+	echo "FAIL: proofwake bulk exited $rc"
+	grep -v '^wsd fault:' "$tmp/err"
+	exit 1
+fi
+for p in last-look-delay switch-data-delay; do
+	grep -q "$p fires" "$tmp/err" || { echo "FAIL: $p never fired"; exit 1; }
+done
+echo "ok: a last look took the proof and its bell: the receive armed again and woke"
 echo "PASS: a proof in either window, with and without the bell after it: all waiters woke"
