@@ -263,12 +263,19 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	    procs.lpWSPConnect(ws, (const struct sockaddr *)to, tolen, &caller, NULL, NULL,
 			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
-		*why = err == WSAEACCES ? R_ACCESS : err == WSAETIMEDOUT ? R_TIMEOUT : R_PEER_PLAIN;
+		/* WSAENOBUFS: no room there (or here) now, asked again as a busy peer is */
+		*why = err == WSAEACCES ? R_ACCESS : err == WSAETIMEDOUT ? R_TIMEOUT :
+		       err == WSAENOBUFS ? R_BUSY : R_PEER_PLAIN;
 		/*
 		 * The transport turns this process away, or no registry
-		 * listens there (a plain program): each connection would be.
+		 * listens there (a plain program; told on this host, where the
+		 * shm transport tells it from a listener with no room): each
+		 * connection would be.
 		 */
-		if ((*why == R_ACCESS || err == WSAECONNREFUSED) && key->port == t->server.port)
+		if (key->port == t->server.port &&
+		    (*why == R_ACCESS ||
+		     (err == WSAECONNREFUSED &&
+		      (!t->client.family || probe_local(&t->server, &t->client)))))
 			probe_refused(key, *why);
 		return NULL;
 	}

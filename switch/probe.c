@@ -72,10 +72,9 @@ static struct probe_peer *entry(const struct wsd_stat_addr *key, bool take)
 	return old;
 }
 
-/* An address of this host as seen from s: loopback, or s's own. */
-static bool on_this_host(const struct wsd_sock *s)
+/* p is an address of this host as seen from l: loopback, or l itself. */
+bool probe_local(const struct wsd_stat_addr *p, const struct wsd_stat_addr *l)
 {
-	const struct wsd_stat_addr *p = &s->stat->peer, *l = &s->stat->local;
 	static const uint8_t v6_loop[16] = { [15] = 1 };
 
 	if (p->family == AF_INET && p->addr[0] == 127)
@@ -83,6 +82,11 @@ static bool on_this_host(const struct wsd_sock *s)
 	if (p->family == AF_INET6 && !memcmp(p->addr, v6_loop, 16))
 		return true;
 	return p->family == l->family && !memcmp(p->addr, l->addr, 16);
+}
+
+static bool on_this_host(const struct wsd_sock *s)
+{
+	return probe_local(&s->stat->peer, &s->stat->local);
 }
 
 void wsd_upgrade_closing(struct wsd_sock *s)

@@ -156,6 +156,8 @@ void probe_atfork_child(void);
  */
 void probe_refused(const struct wsd_stat_addr *key, enum wsd_reason why);
 enum wsd_reason probe_refusal(const struct wsd_stat_addr *key);
+/* p is an address of this host as seen from l (loopback, or l itself). */
+bool probe_local(const struct wsd_stat_addr *p, const struct wsd_stat_addr *l);
 /* a connection answered R_SHARED closed before asking again; s (ours) upgraded */
 void probe_shared_lost(const struct wsd_stat_addr *key);
 void probe_upgraded(struct wsd_sock *s);

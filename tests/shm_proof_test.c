@@ -434,6 +434,52 @@ START_TEST(silent_connector_does_not_stall)
 }
 END_TEST
 
+/*
+ * A process that already holds its share of the listener's proof slots
+ * (two silent connections) is told "no room now" for a third, which the
+ * switch asks again later, not "nobody listens", which it would take for
+ * a plain program and leave alone for a while.
+ */
+START_TEST(full_share_is_no_room)
+{
+	uint16_t port = t_port();
+	struct sockaddr_in sa = t_addr(port);
+	struct nd_listener *l;
+	struct tside s;
+	pid_t pid;
+
+	tside_open(&s, NULL);
+	ck_status(nd_listen(s.ad, (struct sockaddr *)&sa, sizeof(sa), 8, &l), ND_SUCCESS);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		struct tside c;
+		nd_status st;
+
+		alarm(20);
+		if (raw_connect(port) < 0 || raw_connect(port) < 0)
+			_exit(1);
+		usleep(100000);   /* the listener's thread has taken both */
+		tside_open(&c, NULL);
+		st = nd_ep_connect(c.ep, (struct sockaddr *)&sa, sizeof(sa), NULL, 0, 5000);
+		if (st != ND_INSUFFICIENT_RESOURCES) {
+			fprintf(stderr, "the third connect: status %#x\n", (unsigned)st);
+			_exit(2);
+		}
+		_exit(0);
+	}
+	{
+		struct nd_conn_request *req;
+
+		/* the listener works while we wait: no request completes */
+		ck_status(nd_listen_get_request(l, 2000, &req), ND_TIMEOUT);
+	}
+	ck_assert_int_eq(wait_child(pid), 0);
+	nd_listen_close(l);
+	tside_close(&s);
+}
+END_TEST
+
 /* A TCP socket of ours on ip, listening or not, on *port (0: any, then set). */
 static int tcp_socket(const char *ip, int listening, uint16_t *port)
 {
@@ -636,6 +682,7 @@ int main(void)
 	tcase_add_test(tc, squatter_other_uid);
 	tcase_add_test(tc, squatter_same_uid_unreadable);
 	tcase_add_test(tc, silent_connector_does_not_stall);
+	tcase_add_test(tc, full_share_is_no_room);
 	tcase_add_test(tc, owner_check_names_the_listener);
 	tcase_add_test(tc, owner_check_end_to_end);
 	tcase_add_test(tc, owner_check_other_netns);

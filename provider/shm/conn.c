@@ -301,6 +301,7 @@ static nd_status setup_status(int err)
 	case -EPIPE:
 		return ND_TIMEOUT;
 	case -EPROTO: return ND_CONNECTION_ABORTED;
+	case -EBUSY: return ND_INSUFFICIENT_RESOURCES;   /* the listener had no room for us now */
 	default: return ND_CONNECTION_REFUSED;
 	}
 }

@@ -124,7 +124,8 @@ static int expect(int sock, struct shm_ctl *m, uint16_t type, int timeout_ms)
 	if (ret < 0)
 		return ret;
 	if (m->type == SHM_REJECT)
-		return m->reason == ND_ACCESS_DENIED ? -EACCES : -ECONNREFUSED;
+		return m->reason == ND_ACCESS_DENIED ? -EACCES :
+		       m->reason == ND_INSUFFICIENT_RESOURCES ? -EBUSY : -ECONNREFUSED;
 	return m->type == type ? 0 : -EPROTO;
 }
 
@@ -149,8 +150,15 @@ int shm_prove_connector(int sock, pid_t pid, const struct shm_owner *owner, int 
 		return ret;
 	m.probe_addr = (uintptr_t)mine.at;
 	ret = shm_send_ctl(sock, &m, NULL, 0);
-	if (ret == 0)
+	if (ret == 0) {
 		ret = expect(sock, &m, SHM_PROVE_ACK, wsd_ms_left(deadline));
+	} else if (ret == -EPIPE || ret == -ECONNRESET) {
+		/* a listener that turned us away at once: its REJECT waits in the socket */
+		int why = expect(sock, &m, SHM_PROVE_ACK, 0);
+
+		if (why == -EACCES || why == -EBUSY || why == -ECONNREFUSED)
+			ret = why;
+	}
 	if (ret == 0 && !shm_nonce_match(&mine, m.nonce))
 		ret = -EACCES;    /* the listener could not read us */
 	if (ret == 0 && owner)

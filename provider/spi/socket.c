@@ -335,7 +335,9 @@ int WSPConnect(SOCKET h, const struct sockaddr *name, socklen_t len, const WSABU
 		pthread_mutex_unlock(&s->pv->lock);
 		return fail_with(s, st == ND_TIMEOUT ? WSAETIMEDOUT :
 				    st == ND_ACCESS_DENIED ? WSAEACCES :
-				    st == ND_INVALID_PARAMETER ? WSAEINVAL : WSAECONNREFUSED, err);
+				    st == ND_INVALID_PARAMETER ? WSAEINVAL :
+				    st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY ? WSAENOBUFS :
+				    WSAECONNREFUSED, err);
 	}
 	if (callee) {
 		size_t n = callee->len;
