@@ -58,6 +58,12 @@ check "$tmp/a.out" "$tmp/a.svg"
 # 1000 connections held, both processes measured (here, not with --peer)
 grep -Eq "^ +1000 +client +[0-9]+ +[0-9]+ +-?[0-9]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+ +[0-9]+ of [0-9]+$" \
 	"$tmp/a.out" || fail "no measured line for 1000 connections: $(grep -A8 '== 1000' "$tmp/a.out")"
+# connections kept on TCP, to a plain server and refused by policy (here, not with --peer)
+for v in scale_connection_rate_to_plain_server_ratio scale_connection_rate_policy_tcp_ratio; do
+	grep -Eq "^bench: $v [0-9.]+ .*(MET|MISSED)$" "$tmp/a.out" || fail "no verdict for $v"
+done
+grep -Eq "^   policy: tcp +[1-9][0-9]* +[1-9][0-9]* +[0-9.]+ +0 of [1-9]" "$tmp/a.out" ||
+	fail "the policy row was not measured, or moved a connection: $(grep -A4 'kept on TCP' "$tmp/a.out")"
 # on this host, the outside yardsticks (measured when installed: build.sh installs them)
 grep -q "== iperf3 -l 1M" "$tmp/a.out" || fail "no iperf3 section"
 grep -q "== UCX ucx_perftest" "$tmp/a.out" || fail "no UCX section"

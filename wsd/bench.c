@@ -34,6 +34,12 @@ int bench_failures;
 
 int bench_spawn(struct bench_proc *p, bool wsd, const char *transport, char *const args[])
 {
+	return bench_spawn_env(p, wsd, transport, NULL, args);
+}
+
+int bench_spawn_env(struct bench_proc *p, bool wsd, const char *transport, const char *env,
+		    char *const args[])
+{
 	char *argv[32];
 	int fds[2], n = 0;
 
@@ -58,6 +64,8 @@ int bench_spawn(struct bench_proc *p, bool wsd, const char *transport, char *con
 			setenv("WSD_TRANSPORT", transport, 1);
 		if (!wsd)
 			unsetenv("LD_PRELOAD");
+		if (env)
+			putenv((char *)env);
 		execv(self, argv);
 		_exit(127);
 	}
@@ -123,18 +131,25 @@ static bool reap(struct bench_proc *p)
 bool bench_pair(const struct bench_opts *o, bool wsd, char *srv[], char *cli[], char *srv_out,
 		char *cli_out)
 {
+	return bench_pair_as(o, wsd, wsd, NULL, srv, cli, srv_out, cli_out);
+}
+
+bool bench_pair_as(const struct bench_opts *o, bool srv_wsd, bool cli_wsd, const char *srv_env,
+		   char *srv[], char *cli[], char *srv_out, char *cli_out)
+{
 	struct bench_proc s, c;
 	char line[256], port[16] = "";
 	char *args[16];
-	bool ok;
+	bool wsd = cli_wsd, ok;
 
 	line[0] = 0;
-	ok = !(o->peer ? remote(&s, o, wsd, srv) : bench_spawn(&s, wsd, o->transport, srv));
+	ok = !(o->peer ? remote(&s, o, srv_wsd, srv) :
+			 bench_spawn_env(&s, srv_wsd, o->transport, srv_env, srv));
 	if (!ok || !bench_next_line(&s, line, sizeof(line)) ||
 	    sscanf(line, "port %15s", port) != 1) {
 		/* what it said instead of its port; a server on the peer said the rest there */
 		fprintf(stderr, "wsd bench: the %s %s server did not start: %s%s\n",
-			wsd ? "wsd" : "plain", srv[0], line[0] ? "it said: " : "no line",
+			srv_wsd ? "wsd" : "plain", srv[0], line[0] ? "it said: " : "no line",
 			line);
 		if (ok && s.pid > 0)
 			kill(s.pid, SIGKILL);   /* not left waiting for a client */

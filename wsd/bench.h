@@ -40,6 +40,9 @@ extern int bench_failures;      /* measurements that did not run */
 
 /* Start `wsd bench-worker ARGS...` here, plain or under `wsd run`. */
 int bench_spawn(struct bench_proc *p, bool wsd, const char *transport, char *const args[]);
+/* ...with env ("NAME=VALUE", or NULL) in its environment. */
+int bench_spawn_env(struct bench_proc *p, bool wsd, const char *transport, const char *env,
+		    char *const args[]);
 /* The next line from a worker, without its newline; false at its end. */
 bool bench_next_line(struct bench_proc *p, char *buf, size_t len);
 /*
@@ -48,6 +51,12 @@ bool bench_next_line(struct bench_proc *p, char *buf, size_t len);
  */
 bool bench_pair(const struct bench_opts *o, bool wsd, char *srv[], char *cli[], char *srv_out,
 		char *cli_out);
+/*
+ * ...with each side plain or under wsd run on its own, and srv_env
+ * ("NAME=VALUE", or NULL) in the server's environment; here only (no --peer).
+ */
+bool bench_pair_as(const struct bench_opts *o, bool srv_wsd, bool cli_wsd, const char *srv_env,
+		   char *srv[], char *cli[], char *srv_out, char *cli_out);
 /* A wsd run's client line ends in " path P": count it in *off_path unless P is shm or verbs. */
 void bench_check_path(int *off_path, int wsd, const char *line);
 /* The median of v[0..n) (sorts v). */

@@ -48,7 +48,9 @@ struct bench_scale {
 	struct hold hold[2][2];                 /* [N][plain, wsd] */
 	bool hold_tried[2];
 	struct conn_rate conn, conn_keep;       /* alone, and beside a held connection */
-	bool conn_tried;
+	/* kept on TCP: to a plain server, and to one whose policy says tcp */
+	struct conn_rate conn_plain, conn_policy;
+	bool conn_tried, kept_tried;
 	double msg[2][4][2];                    /* [size][conns][plain, wsd] requests/s */
 	bool msg_tried;
 	int off_path;                           /* wsd message runs not all on shm or verbs */
@@ -254,10 +256,19 @@ static void measure_hold(const struct bench_opts *o, struct bench_scale *sc)
 
 /* ---- connections one after another ---------------------------------------------------- */
 
-/* One row: plain and wsd in turns; keep: beside a connection held (a channel exists). */
+/*
+ * One row: plain and wsd in turns; keep: beside a connection held (a
+ * channel exists).  kept: the connections stay on TCP, and the wsd turn
+ * runs the client under wsd against a plain server (KEPT_PLAIN) or both
+ * under wsd with the server's policy file saying "default tcp"
+ * (KEPT_POLICY, conf its path).
+ */
+enum { KEPT_NONE, KEPT_PLAIN, KEPT_POLICY };
+
 static void conn_row(const struct bench_opts *o, const char *host, const char *ms, bool keep,
-		     struct conn_rate *cr)
+		     int kept, const char *conf, struct conn_rate *cr)
 {
+	static const char *const label[] = { "alone", "to a plain one", "policy: tcp" };
 	char so[256], co[256];
 	char *srv[] = { "conn-srv", (char *)host, "0", NULL };
 	char *cli[] = { "conn-cli", (char *)host, "PORT", "0", (char *)ms,
@@ -270,7 +281,8 @@ static void conn_row(const struct bench_opts *o, const char *host, const char *m
 			int f = 0, all = 0;
 
 			v[w][r] = 0;
-			if (!bench_pair(o, w, srv, cli, so, co) ||
+			if (!bench_pair_as(o, w && kept != KEPT_PLAIN, w, w && kept == KEPT_POLICY ?
+					   conf : NULL, srv, cli, so, co) ||
 			    sscanf(co, "rate %lf accel %d of %d bytes %llu of %llu", &v[w][r], &f,
 				   &all, &bf, &ba) != 5 || !w)
 				continue;
@@ -288,9 +300,9 @@ static void conn_row(const struct bench_opts *o, const char *host, const char *m
 		if (cr->bytes_all)
 			snprintf(bytes, sizeof(bytes), "%llu of %llu (%.0f%%)", cr->bytes_fast,
 				 cr->bytes_all, 100.0 * cr->bytes_fast / cr->bytes_all);
-		printf("   %-14s %10.0f %10.0f %7.2f   %-22s %s\n", keep ? "beside one held" :
-		       "alone", cr->rate[0], cr->rate[1], bench_ratio(cr->rate[1], cr->rate[0]), acc,
-		       bytes);
+		printf("   %-15s %10.0f %10.0f %7.2f   %-22s %s\n", keep ? "beside one held" :
+		       label[kept], cr->rate[0], cr->rate[1], bench_ratio(cr->rate[1], cr->rate[0]),
+		       acc, bytes);
 	}
 	fflush(stdout);
 }
@@ -305,10 +317,34 @@ static void measure_conn_rate(const struct bench_opts *o, const char *host, stru
 	       "per second (median of %d);\n   alone, and beside one connection the client "
 	       "holds to the same server (a channel\n   between the two processes exists, "
 	       "so a connection's first bytes may go by it)\n", ms, o->rounds);
-	printf("   %-14s %10s %10s %7s   %-22s %s\n", "", "plain", "wsd", "ratio",
+	printf("   %-15s %10s %10s %7s   %-22s %s\n", "", "plain", "wsd", "ratio",
 	       "wsd: fast at close", "wsd: bytes by shm/verbs");
-	conn_row(o, host, ms, false, &sc->conn);
-	conn_row(o, host, ms, true, &sc->conn_keep);
+	conn_row(o, host, ms, false, KEPT_NONE, NULL, &sc->conn);
+	conn_row(o, host, ms, true, KEPT_NONE, NULL, &sc->conn_keep);
+	if (o->peer)
+		return;
+	/* kept on TCP: what wsd costs a connection it cannot move (a policy file of our own) */
+	{
+		char path[] = "/tmp/wsd-bench-conf.XXXXXX", env[64];
+		int fd = mkstemp(path);
+
+		printf("   connections kept on TCP: the wsd turn runs the client under wsd against "
+		       "a plain\n   server, then both under wsd with the server's policy "
+		       "\"default tcp\"\n");
+		if (fd < 0 || write(fd, "default tcp\n", 12) != 12) {
+			printf("   (no policy file: %s)\n", strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			unlink(path);
+			return;
+		}
+		close(fd);
+		snprintf(env, sizeof(env), "WSD_CONF=%s", path);
+		sc->kept_tried = true;
+		conn_row(o, host, ms, false, KEPT_PLAIN, NULL, &sc->conn_plain);
+		conn_row(o, host, ms, false, KEPT_POLICY, env, &sc->conn_policy);
+		unlink(path);
+	}
 }
 
 /* ---- requests over many connections at once --------------------------------------------- */
@@ -409,6 +445,14 @@ void bench_scale_verdicts(struct bench_scale *sc)
 			      c->bytes_all ? (double)c->bytes_fast / c->bytes_all : 0, ">=", 0.99, "");
 		bench_verdict("scale_connection_beside_held_bytes_by_channel_share",
 			      k->bytes_all ? (double)k->bytes_fast / k->bytes_all : 0, ">=", 0.99, "");
+	}
+	if (sc->kept_tried) {
+		bench_verdict("scale_connection_rate_to_plain_server_ratio",
+			      bench_ratio(sc->conn_plain.rate[1], sc->conn_plain.rate[0]), ">=", 0.97,
+			      "");
+		bench_verdict("scale_connection_rate_policy_tcp_ratio",
+			      bench_ratio(sc->conn_policy.rate[1], sc->conn_policy.rate[0]), ">=",
+			      0.97, "");
 	}
 	if (sc->msg_tried) {
 		for (int k = 1; k < 4; k++) {
