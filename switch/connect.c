@@ -263,7 +263,7 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	    procs.lpWSPConnect(ws, (const struct sockaddr *)to, tolen, &caller, NULL, NULL,
 			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
-		/* WSAENOBUFS: no room there (or here) now, asked again as a busy peer is */
+		/* WSAENOBUFS: no room there now, asked again as a busy peer is */
 		*why = err == WSAEACCES ? R_ACCESS : err == WSAETIMEDOUT ? R_TIMEOUT :
 		       err == WSAENOBUFS ? R_BUSY : R_PEER_PLAIN;
 		/*

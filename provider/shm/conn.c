@@ -301,7 +301,7 @@ static nd_status setup_status(int err)
 	case -EPIPE:
 		return ND_TIMEOUT;
 	case -EPROTO: return ND_CONNECTION_ABORTED;
-	case -EBUSY: return ND_INSUFFICIENT_RESOURCES;   /* the listener had no room for us now */
+	case -EBUSY: return ND_NO_MORE_ENTRIES;   /* the listener had no room for us now */
 	default: return ND_CONNECTION_REFUSED;
 	}
 }
@@ -401,7 +401,8 @@ static nd_status connect_find(struct nd_ep *ep, struct shm_conn *c, const struct
 	if (shm_sock_name(addr, len, &un, &unlen) < 0)
 		return ND_INVALID_PARAMETER;
 	st = connect_prove(ep, c, &un, unlen, check, deadline);
-	if (st == ND_SUCCESS || st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY || !owner)
+	if (st == ND_SUCCESS || st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY ||
+	    st == ND_NO_MORE_ENTRIES || !owner)
 		return st;
 	n = shm_alt_names((unsigned)shm_addr_port(addr, len), owner, alt, altlen, SHM_ALT_MAX);
 	for (int i = 0; i < n && wsd_ms_left(deadline) != 0; i++) {

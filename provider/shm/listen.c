@@ -349,14 +349,14 @@ static void take_new(struct nd_listener *l, struct shm_listener *sl)
 
 			if (v >= 0) {
 				count_refusal(l, WSD_LREF_EVICTED);
-				shm_reject(sl->p[v]->sock, SHM_REJECT, ND_INSUFFICIENT_RESOURCES);
+				shm_reject(sl->p[v]->sock, SHM_REJECT, ND_NO_MORE_ENTRIES);
 				pending_drop(sl, v);
 			}
 		}
 		if (held >= PENDING_PER_PID || sl->npending == PENDING_MAX) {
 			count_refusal(l, WSD_LREF_PEER);
 			/* no room now, which the connector tells from nobody there */
-			shm_reject(sock, SHM_REJECT, ND_INSUFFICIENT_RESOURCES);
+			shm_reject(sock, SHM_REJECT, ND_NO_MORE_ENTRIES);
 			close(sock);
 			continue;
 		}

@@ -121,11 +121,19 @@ static int expect(int sock, struct shm_ctl *m, uint16_t type, int timeout_ms)
 {
 	int ret = shm_recv_ctl(sock, m, NULL, 0, timeout_ms);
 
+	/*
+	 * A listener that closed with our message unread (it turned us away)
+	 * makes the kernel report a reset first: its REJECT may still wait
+	 * behind it.
+	 */
+	if (ret == -ECONNRESET && shm_recv_ctl(sock, m, NULL, 0, 0) == 0)
+		ret = 0;
+
 	if (ret < 0)
 		return ret;
 	if (m->type == SHM_REJECT)
 		return m->reason == ND_ACCESS_DENIED ? -EACCES :
-		       m->reason == ND_INSUFFICIENT_RESOURCES ? -EBUSY : -ECONNREFUSED;
+		       m->reason == ND_NO_MORE_ENTRIES ? -EBUSY : -ECONNREFUSED;
 	return m->type == type ? 0 : -EPROTO;
 }
 
@@ -152,7 +160,7 @@ int shm_prove_connector(int sock, pid_t pid, const struct shm_owner *owner, int 
 	ret = shm_send_ctl(sock, &m, NULL, 0);
 	if (ret == 0) {
 		ret = expect(sock, &m, SHM_PROVE_ACK, wsd_ms_left(deadline));
-	} else if (ret == -EPIPE || ret == -ECONNRESET) {
+	} else {
 		/* a listener that turned us away at once: its REJECT waits in the socket */
 		int why = expect(sock, &m, SHM_PROVE_ACK, 0);
 

@@ -336,7 +336,7 @@ int WSPConnect(SOCKET h, const struct sockaddr *name, socklen_t len, const WSABU
 		return fail_with(s, st == ND_TIMEOUT ? WSAETIMEDOUT :
 				    st == ND_ACCESS_DENIED ? WSAEACCES :
 				    st == ND_INVALID_PARAMETER ? WSAEINVAL :
-				    st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY ? WSAENOBUFS :
+				    st == ND_NO_MORE_ENTRIES ? WSAENOBUFS :
 				    WSAECONNREFUSED, err);
 	}
 	if (callee) {
