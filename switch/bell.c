@@ -132,8 +132,15 @@ void bell_retry(struct wsd_sock *s, struct wsd_session *ss)
 	if (!atomic_load_explicit(&ss->bell_owed, memory_order_relaxed) ||
 	    pthread_mutex_trylock(&s->tx_lock))
 		return;
-	if (s->sess == ss && atomic_load(&ss->bell_owed))
+	/*
+	 * Only while this direction is on the ring: once it went back to the
+	 * stream (its BACK counts the bells before it), a byte there is data,
+	 * and the stream's own bytes wake the peer.
+	 */
+	if (s->sess == ss && s->tx_mode == DIR_RING && !s->tx_back && !s->tx_shut)
 		doorbell(s);
+	else if (s->sess != ss || s->tx_back)
+		atomic_store_explicit(&ss->bell_owed, false, memory_order_relaxed);
 	pthread_mutex_unlock(&s->tx_lock);
 }
 
