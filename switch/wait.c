@@ -137,14 +137,6 @@ bool arm_unrung(struct wsd_session *ss)
 	       wsd_bells_announced(ctl_get(ss, CW_BELLS)) == ss->arm_bells;
 }
 
-/* mu held: the same kind of arm, unrung, and every bell before it read. */
-static bool stands_locked(struct wsd_sock *s, bool self)
-{
-	struct wsd_session *ss = s->sess;
-
-	return ss->arm_self == self && arm_unrung(ss) && ss->arm_bells == ss->bells_rx;
-}
-
 uint64_t bells_read(struct wsd_sock *s)
 {
 	uint64_t n;
@@ -167,7 +159,8 @@ void arm_data(struct wsd_sock *s, bool self)
 	bool stands;
 
 	pthread_mutex_lock(&s->mu);
-	stands = stands_locked(s, self);
+	/* the same kind of arm, unrung, and every bell before it read */
+	stands = ss->arm_self == self && arm_unrung(ss) && ss->arm_bells == ss->bells_rx;
 	/*
 	 * Drop old bells only while the ring is empty: with data waiting, the
 	 * fd's readability is true, and an epoll set holding it (perhaps inside
