@@ -226,6 +226,18 @@ static bool client_open_now(struct wsd_sock *s, bool at_connect)
 }
 
 /*
+ * The registry at key answered why for the connection t names, and would
+ * for each to that port (probe_refused); not one a process it forked has
+ * (key's port is another than t's).
+ */
+static void refused_for_each(const struct wsd_stat_addr *key, const struct wsd_tuple *t,
+			     enum wsd_reason why)
+{
+	if (key->port == t->server.port)
+		probe_refused(key, why);
+}
+
+/*
  * A new channel to the registry at to (the channel's key: key): a new SPI
  * connection, HELLO (for the connection t names, or for none: its client
  * zero) and ACCEPT, the answer waited for until *gone (the connection's
@@ -272,11 +284,10 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 		 * shm transport tells it from a listener with no room): each
 		 * connection would be.
 		 */
-		if (key->port == t->server.port &&
-		    (*why == R_ACCESS ||
-		     (err == WSAECONNREFUSED &&
-		      (!t->client.family || probe_local(&t->server, &t->client)))))
-			probe_refused(key, *why);
+		if (*why == R_ACCESS ||
+		    (err == WSAECONNREFUSED &&
+		     (!t->client.family || probe_local(&t->server, &t->client))))
+			refused_for_each(key, t, *why);
 		return NULL;
 	}
 	ch = wsd_chan_new(ws, path_of(ws), true, key);
@@ -314,8 +325,8 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 		*why = !e && a.reason < R_NREASONS ? (enum wsd_reason)a.reason : R_PROTOCOL;
 		*moved = *why == R_MOVED ? a.seg : 0;
 		/* the port's policy keeps each of its connections on TCP */
-		if (*why == R_POLICY && a.seg == WSD_REFUSE_EVERY && key->port == t->server.port)
-			probe_refused(key, R_POLICY);
+		if (*why == R_POLICY && a.seg == WSD_REFUSE_EVERY)
+			refused_for_each(key, t, R_POLICY);
 		return NULL;
 	}
 	wsd_session_peer(ss, &a);
