@@ -34,21 +34,34 @@ prog=$top/tests/fault/proofwake
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# run POINT [thread]: proofwake over 10 connections, the proof 60 ms late
-# and POINT's window held 100 ms open; fails unless all were echoed in time
-# and the window opened
-run() {
-	WSD_LIB=$lib WSD_FAULT="proof-delay=60@1+,$1=100000@1+${3:-}" WSD_UPGRADE_BYTES=1 \
-		timeout -s KILL 120 "$top/wsd/wsd" run -- "$prog" 10 ${2:-} >"$tmp/out" 2>"$tmp/err"
+# proofwake FAULT CONNS [MODE] [POINT...]: the program over CONNS
+# connections under the test build with WSD_FAULT=FAULT (and $penv in its
+# environment); fails unless all were echoed in time and each POINT fired
+proofwake() {
+	fault=$1 conns=$2 mode=${3:-}
+	shift 2
+	[ $# -gt 0 ] && shift
+	# shellcheck disable=SC2086
+	env ${penv:-} WSD_LIB="$lib" WSD_FAULT="$fault" WSD_UPGRADE_BYTES=1 \
+		timeout -s KILL 120 "$top/wsd/wsd" run -- "$prog" "$conns" $mode \
+		>"$tmp/out" 2>"$tmp/err"
 	rc=$?
 	cat "$tmp/out"
-	if [ $rc -ne 0 ] || ! grep -q '^ok 10$' "$tmp/out"; then
-		echo "FAIL: proofwake ${2:-epoll} exited $rc"
+	if [ $rc -ne 0 ] || ! grep -q "^ok $conns\$" "$tmp/out"; then
+		echo "FAIL: proofwake ${mode:-epoll} exited $rc"
 		grep -v '^wsd fault:' "$tmp/err"
 		exit 1
 	fi
-	grep -q "$1 fires" "$tmp/err" ||
-		{ echo "FAIL: the window was never open ($1 did not fire)"; exit 1; }
+	for p; do
+		grep -q "$p fires" "$tmp/err" ||
+			{ echo "FAIL: the window was never open ($p did not fire)"; exit 1; }
+	done
+}
+
+# run POINT [thread]: proofwake over 10 connections, the proof 60 ms late
+# and POINT's window held 100 ms open
+run() {
+	proofwake "proof-delay=60@1+,$1=100000@1+${3:-}" 10 "${2:-}" "$1"
 }
 
 run park-race
@@ -73,18 +86,8 @@ echo "ok: two receiving threads, the proof taken by one: the other woke for its 
 # its connecting side, switch-data-delay holds the server's data 400 ms
 # after its bell.  Before, the client slept to its 10 s timeout (the VM
 # rig's many.pair stall over verbs, where 16 KiB rings are the rule).
-WSD_LIB=$lib WSD_FAULT="last-look-delay=300000@1+,switch-data-delay=400@1+" WSD_UPGRADE_BYTES=1 \
-	WSD_SWITCH_RING=16384 WSD_SPIN_US=0 WSD_EXPECT_PATH=shm \
-	timeout -s KILL 120 "$top/wsd/wsd" run -- "$prog" 2 bulk >"$tmp/out" 2>"$tmp/err"
-rc=$?
-cat "$tmp/out"
-if [ $rc -ne 0 ] || ! grep -q '^ok 2$' "$tmp/out"; then
-	echo "FAIL: proofwake bulk exited $rc"
-	grep -v '^wsd fault:' "$tmp/err"
-	exit 1
-fi
-for p in last-look-delay switch-data-delay; do
-	grep -q "$p fires" "$tmp/err" || { echo "FAIL: $p never fired"; exit 1; }
-done
+penv="WSD_SWITCH_RING=16384 WSD_SPIN_US=0 WSD_EXPECT_PATH=shm"
+proofwake "last-look-delay=300000@1+,switch-data-delay=400@1+" 2 bulk \
+	last-look-delay switch-data-delay
 echo "ok: a last look took the proof and its bell: the receive armed again and woke"
 echo "PASS: a proof in either window, with and without the bell after it: all waiters woke"
