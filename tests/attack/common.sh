@@ -33,10 +33,21 @@ ticks() {   # PID (or PID/task/TID): its user and system time so far, in clock t
 	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
-stacks() {   # PID: its threads' stacks, from gdb when there is one (else nothing)
-	command -v gdb >/dev/null 2>&1 || return 0
-	timeout -s KILL 30 gdb -p "$1" -batch -ex "thread apply all bt 16" 2>/dev/null |
-		grep -E '^#|^Thread'
+# stacks PID: each thread's state, wait channel and system call from /proc
+# (which needs no debugger and works on a process in its exit), then the
+# threads' stacks from gdb when there is one, or why there are none.
+stacks() {
+	for t in /proc/"$1"/task/*; do
+		[ -r "$t/stat" ] || continue
+		echo "task ${t##*/} $(cat "$t/comm" 2>/dev/null)" \
+		     "state $(sed 's/^.*) //' "$t/stat" 2>/dev/null | cut -d' ' -f1)" \
+		     "wchan $(cat "$t/wchan" 2>/dev/null) syscall $(cat "$t/syscall" 2>/dev/null)"
+	done
+	command -v gdb >/dev/null 2>&1 || { echo "stacks: no gdb"; return 0; }
+	timeout -s KILL 30 gdb -p "$1" -batch -ex "thread apply all bt 16" >"$tmp/gdb.$1" 2>&1
+	grep -E '^#|^Thread' "$tmp/gdb.$1" ||
+		{ echo "stacks: gdb gave none:"; tail -3 "$tmp/gdb.$1"; }
+	rm -f "$tmp/gdb.$1"
 }
 wait_file() {   # FILE [REGEX]: up to 10 s (WAIT_S seconds)
 	n=0
