@@ -371,6 +371,16 @@ void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port)
 	ep->owner_port = tcp_port;
 }
 
+void wsd_listen_other_users(struct nd_listener *l, bool on)
+{
+	atomic_store(&l->other_users, on);
+}
+
+void wsd_ep_other_users(struct nd_ep *ep, bool on)
+{
+	ep->other_users = on;
+}
+
 /* Wait on every transport's listener at once; take a request from the first. */
 static int listen_get(struct nd_listener *l, int timeout_ms, struct nd_conn_request *req)
 {

@@ -27,6 +27,7 @@ nd_status nd_ep_create(struct nd_adapter *ad, const struct nd_ep_attr *attr,
 		return ND_NO_MEMORY;
 	ep->ad = ad;
 	ep->attr = *attr;
+	ep->peer_uid = -1;
 	ep->sq = calloc(attr->outbound_entries, sizeof(*ep->sq));
 	ep->sq_sge = calloc((size_t)attr->outbound_entries * attr->outbound_sge,
 			    sizeof(*ep->sq_sge));
@@ -424,6 +425,8 @@ static nd_status rdma(struct nd_ep *ep, enum nd_op op, void *context, const stru
 		allowed |= ND_OP_FLAG_RDMA_READ_LOCAL_INVALIDATE;
 	if (!ep || (flags & ~allowed))
 		return ND_INVALID_PARAMETER;
+	if (ep->no_rdma)
+		return ND_NOT_SUPPORTED;
 	if (!(ep->ad->info.flags & ND_ADAPTER_FLAG_RDMA_READ_LOCAL_INVALIDATE_SUPPORTED))
 		flags &= ~ND_OP_FLAG_RDMA_READ_LOCAL_INVALIDATE;
 	t.flags = flags;
@@ -473,6 +476,8 @@ nd_status nd_ep_bind(struct nd_ep *ep, void *context, struct nd_mr *mr, struct n
 	    !(flags & (ND_OP_FLAG_ALLOW_READ | ND_OP_FLAG_ALLOW_WRITE)) ||
 	    mr->ad != ep->ad || mw->ad != ep->ad)
 		return ND_INVALID_PARAMETER;
+	if (ep->no_rdma)
+		return ND_NOT_SUPPORTED;
 	pthread_mutex_lock(&ep->ad->lock);
 	if (ep->state != EP_CONNECTED) {
 		st = ND_CONNECTION_INVALID;

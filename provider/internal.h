@@ -134,6 +134,13 @@ struct nd_ep {
 	uint16_t owner_port;           /* ...on this TCP port, not the one dialled (0: that one) */
 	/* shm: the peer's process, as the kernel named it at connect (0: not known) */
 	uint32_t peer_pid;
+	/*
+	 * connect: a listener of another user may take us (shm, "copy": no
+	 * access to each other's memory beyond the shared rings).
+	 */
+	bool other_users;
+	int64_t peer_uid;              /* shm: the peer's uid at connect (-1: not known) */
+	bool no_rdma;                  /* connected so (copy): read, write, bind refused */
 	void *tpriv;                   /* the transport's connection state */
 };
 
@@ -141,6 +148,7 @@ struct nd_listener {
 	struct nd_adapter *ad;
 	void *tpriv[WSD_MAX_TP];       /* NULL where that transport does not listen */
 	_Atomic uint64_t refused[WSD_LREF_N];   /* the transports' refusals, by why */
+	_Atomic bool other_users;      /* connectors of another user are taken (shm) */
 };
 
 struct nd_conn_request {
@@ -241,6 +249,9 @@ WSD_HIDDEN void wsd_caps_meet(struct nd_adapter_info *a, const struct nd_adapter
 WSD_HIDDEN int wsd_listen_owner(struct nd_listener *l, int tcp_fd);
 WSD_HIDDEN int wsd_listen_taken(struct nd_listener *l);
 WSD_HIDDEN void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port);
+/* ...(SO_WSP_PEER_USERS): pair with processes of other users, without their memory */
+WSD_HIDDEN void wsd_listen_other_users(struct nd_listener *l, bool on);
+WSD_HIDDEN void wsd_ep_other_users(struct nd_ep *ep, bool on);
 
 /* status.c: -errno to nd_status, in one table */
 WSD_HIDDEN nd_status wsd_nd_from_errno(int err);

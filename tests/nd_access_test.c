@@ -2,9 +2,14 @@
 /*
  * shm refuses a connection between processes that may not read each
  * other's memory (here: different uids) with ND_ACCESS_DENIED, in both
- * directions, and the listener never sees the request.  Needs root to run
+ * directions, and the listener never sees the request, unless both sides
+ * take other users (SO_WSP_PEER_USERS): then they pair by copy, sends
+ * alone (no read, write or bind), and a connector that asks for the TCP
+ * listener's owner gets the listener itself to check.  Needs root to run
  * a second uid; exits 77 otherwise.
  */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "provider/internal.h"
 #include "tests/pair.h"
 
 #define NOBODY 65534
@@ -96,6 +102,170 @@ START_TEST(other_uid_listens)
 }
 END_TEST
 
+/*
+ * In a child of another uid: connect to sa taking other users when opt
+ * (and with owner, asking that the listener hold the TCP listener on the
+ * port); on ND_SUCCESS trade a message each way and find reads and binds
+ * refused, then wait for the parent (oob).  Exits 0 when the connect said
+ * want and the rest held.
+ */
+static void copy_child(const struct sockaddr_in *sa, bool opt, bool owner, nd_status want,
+		       int oob_in, int oob_out)
+{
+	struct tside c;
+	struct nd_result r;
+	struct nd_sge in, out;
+	struct nd_mw *mw;
+	struct nd_mw_descriptor d = { 0 };
+	nd_status st;
+
+	alarm(30);
+	if (drop() < 0)
+		_exit(10);
+	tside_open(&c, NULL);
+	c.oob_in = oob_in;
+	c.oob_out = oob_out;
+	wsd_ep_other_users(c.ep, opt);
+	wsd_ep_owner_check(c.ep, owner, 0);
+	in = t_sge(&c, 0, 64);
+	if (nd_ep_receive(c.ep, NULL, &in, 1) != ND_SUCCESS)
+		_exit(11);
+	st = nd_ep_connect(c.ep, (const struct sockaddr *)sa, sizeof(*sa), NULL, 0, 5000);
+	if (st != want) {
+		fprintf(stderr, "connect from uid %d: %s\n", NOBODY, nd_strstatus(st));
+		_exit(12);
+	}
+	if (st != ND_SUCCESS)
+		_exit(0);
+	memcpy(c.buf + 4096, "from nobody", 11);
+	out = t_sge(&c, 4096, 11);
+	if (nd_ep_send(c.ep, NULL, &out, 1, 0) != ND_SUCCESS ||
+	    t_wait(c.ocq, 5000).status != ND_SUCCESS)
+		_exit(13);
+	r = t_wait(c.icq, 5000);
+	if (r.status != ND_SUCCESS || r.bytes != 9 || memcmp(c.buf, "from root", 9))
+		_exit(14);
+	/* the peer's memory is not ours, nor ours the peer's */
+	d.length = 4096;
+	if (nd_ep_read(c.ep, NULL, &in, 1, &d, 0, 0) != ND_NOT_SUPPORTED ||
+	    nd_mw_create(c.ad, &mw) != ND_SUCCESS ||
+	    nd_ep_bind(c.ep, NULL, c.mr, mw, c.buf, 4096, ND_OP_FLAG_ALLOW_READ, &d) !=
+		    ND_NOT_SUPPORTED)
+		_exit(15);
+	nd_mw_destroy(mw);
+	oob_sync(&c);
+	_exit(0);
+}
+
+/*
+ * Our listener on sa, taking other users when opt, naming tcp_fd (or -1)
+ * as its TCP listener; a child of another uid connects (copy_child):
+ * on want == ND_SUCCESS the pair trades a message each way.
+ */
+static void copy_case(bool opt, bool child_opt, bool owner, int tcp_fd, uint16_t port,
+		      nd_status want)
+{
+	struct tside s;
+	struct nd_listener *l;
+	struct nd_conn_request *req;
+	struct sockaddr_in sa = t_addr(port);
+	int status, to[2], from[2];
+	pid_t pid;
+
+	ck_assert(pipe(to) == 0 && pipe(from) == 0);
+	tside_open(&s, NULL);
+	ck_status(nd_listen(s.ad, (struct sockaddr *)&sa, sizeof(sa), 4, &l), ND_SUCCESS);
+	wsd_listen_other_users(l, opt);
+	if (tcp_fd >= 0)
+		ck_assert_int_eq(wsd_listen_owner(l, tcp_fd), 0);
+	pid = fork();
+	if (pid == 0) {
+		copy_child(&sa, child_opt, owner, want, to[0], from[1]);
+	}
+	if (want != ND_SUCCESS) {
+		/* a refused request never reaches the application */
+		ck_status(nd_listen_get_request(l, 1500, &req), ND_TIMEOUT);
+	} else {
+		struct nd_sge in = t_sge(&s, 0, 64), out;
+		struct nd_result r;
+		struct nd_mw_descriptor d = { .length = 4096 };
+
+		ck_status(nd_listen_get_request(l, 5000, &req), ND_SUCCESS);
+		ck_status(nd_ep_receive(s.ep, NULL, &in, 1), ND_SUCCESS);
+		ck_status(nd_ep_accept(s.ep, req, NULL, 0, 5000), ND_SUCCESS);
+		r = t_wait(s.icq, 5000);
+		ck_status(r.status, ND_SUCCESS);
+		ck_assert(r.bytes == 11 && !memcmp(s.buf, "from nobody", 11));
+		memcpy(s.buf + 4096, "from root", 9);
+		out = t_sge(&s, 4096, 9);
+		ck_status(nd_ep_send(s.ep, NULL, &out, 1, 0), ND_SUCCESS);
+		ck_status(t_wait(s.ocq, 5000).status, ND_SUCCESS);
+		ck_status(nd_ep_read(s.ep, NULL, &in, 1, &d, 0, 0), ND_NOT_SUPPORTED);
+		s.oob_in = from[0];
+		s.oob_out = to[1];
+		oob_sync(&s);
+		s.oob_in = s.oob_out = -1;
+	}
+	ck_assert(waitpid(pid, &status, 0) == pid);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_status(nd_listen_close(l), ND_SUCCESS);
+	tside_close(&s);
+	close(to[0]);
+	close(to[1]);
+	close(from[0]);
+	close(from[1]);
+}
+
+/* Both take other users: paired, by copy. */
+START_TEST(copy_pairs)
+{
+	copy_case(true, true, false, -1, t_port(), ND_SUCCESS);
+}
+END_TEST
+
+/* Only one side takes other users: refused, both ways round. */
+START_TEST(copy_needs_both)
+{
+	copy_case(true, false, false, -1, t_port(), ND_ACCESS_DENIED);
+	copy_case(false, true, false, -1, t_port(), ND_ACCESS_DENIED);
+}
+END_TEST
+
+/* A TCP listener on 127.0.0.1:port, or -1. */
+static int tcp_listener(uint16_t port)
+{
+	struct sockaddr_in a = t_addr(port);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 4) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * The owner check across users: the listener hands over its TCP listener,
+ * which must be the one on the port dialled; one on another port, or
+ * none, is refused.
+ */
+START_TEST(copy_owner_by_listener)
+{
+	uint16_t port = t_port(), other = t_port();
+	int fd = tcp_listener(port), wrong = tcp_listener(other);
+
+	ck_assert_msg(fd >= 0 && wrong >= 0, "no TCP listener on %u or %u: %s", port, other,
+		      strerror(errno));
+	copy_case(true, true, true, fd, port, ND_SUCCESS);
+	copy_case(true, true, true, wrong, port, ND_ACCESS_DENIED);
+	copy_case(true, true, true, -1, port, ND_ACCESS_DENIED);
+	close(fd);
+	close(wrong);
+}
+END_TEST
+
 int main(void)
 {
 	TCase *tc;
@@ -112,5 +282,8 @@ int main(void)
 	tc = t_case("access", 0, NULL);
 	tcase_add_test(tc, other_uid_connects);
 	tcase_add_test(tc, other_uid_listens);
+	tcase_add_test(tc, copy_pairs);
+	tcase_add_test(tc, copy_needs_both);
+	tcase_add_test(tc, copy_owner_by_listener);
 	return t_run("nd_access", tc);
 }

@@ -138,6 +138,19 @@ typedef void (*LPWSAOVERLAPPED_COMPLETION_ROUTINE)(uint32_t error, uint32_t byte
  * listener then reachable under an alternate name (shm; verbs: -1).
  */
 #define SO_WSP_NAME_TAKEN       0x7104
+/*
+ * Listening or connecting socket: 1 = pair with a process of another user
+ * too, where the peer's socket says so as well (shm: by copy, without
+ * access to each other's memory: WSPRdmaRead, WSPRdmaWrite and memory
+ * registered for RDMA fail on such a connection); 0, the default: our
+ * own user only.
+ */
+#define SO_WSP_PEER_USERS       0x7105
+/*
+ * Connected socket, read-only: the peer's user id as the kernel gave it
+ * when the connection was made (shm); verbs cannot know it (WSAENOPROTOOPT).
+ */
+#define SO_WSP_PEER_UID         0x7106
 
 #define SD_RECEIVE 0
 #define SD_SEND    1

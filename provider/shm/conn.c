@@ -250,6 +250,8 @@ static nd_status conn_go_live(struct nd_ep *ep, struct shm_conn *c, const struct
 	if (c->pidfd < 0)
 		return ND_CONNECTION_ABORTED;
 	ep->peer_pid = (uint32_t)c->peer_pid;
+	ep->peer_uid = c->peer_uid;
+	ep->no_rdma = c->copy;
 	c->peer_read_limit = m->read_limit;
 	c->fast_bell = (m->features & shm_features() & SHM_FEAT_MEMBARRIER) != 0;
 	ep->peer_len = m->plen;
@@ -374,8 +376,11 @@ static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
 							       setup_status(ret);
 	/* blocking as before from here; every wait below polls with a deadline */
 	(void)fcntl(c->sock, F_SETFL, 0);
-	ret = shm_peer_uid_ok(c->sock, &c->peer_pid);
-	if (ret == 0)
+	ret = shm_peer_uid_ok(c->sock, &c->peer_pid, &c->peer_uid, ep->other_users);
+	c->copy = ret == 0 && c->peer_uid != geteuid();
+	if (ret == 0 && c->copy)
+		ret = shm_prove_copy(c->sock, owner, wsd_ms_left(name_end));
+	else if (ret == 0)
 		ret = shm_prove_connector(c->sock, c->peer_pid, owner, wsd_ms_left(name_end));
 	if (ret == -EACCES)
 		count_refusal(ep->ad);
@@ -470,8 +475,8 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 
 		if (wsd_fault("shm-delay", &ms))
 			usleep((useconds_t)ms * 1000);
-
-		if (shm_send_ctl(c->sock, &m, out, 3) < 0) {
+		/* another user gets the region alone: it rings us on the socket */
+		if (shm_send_ctl(c->sock, &m, out, c->copy ? 1 : 3) < 0) {
 			st = ND_CONNECTION_REFUSED;
 			goto fail;
 		}
@@ -488,8 +493,10 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 	}
 	c->peer_in_efd = fds[0];
 	c->peer_out_efd = fds[1];
-	if (m.type != SHM_ACCEPT || fds[0] < 0 || fds[1] < 0 ||
-	    shm_check_eventfd(fds[0]) < 0 || shm_check_eventfd(fds[1]) < 0) {
+	if (m.type != SHM_ACCEPT ||
+	    (c->copy ? fds[0] >= 0 || fds[1] >= 0 :
+		       fds[0] < 0 || fds[1] < 0 ||
+		       shm_check_eventfd(fds[0]) < 0 || shm_check_eventfd(fds[1]) < 0)) {
 		shm_reject(c->sock, SHM_ABORT, ND_CONNECTION_ABORTED);
 		st = ND_CONNECTION_ABORTED;
 		goto fail;
@@ -542,7 +549,7 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 	{
 		int out[2] = { ep->attr.inbound_cq->efd, ep->attr.outbound_cq->efd };
 
-		if (shm_send_ctl(r->sock, &m, out, 2) < 0) {
+		if (shm_send_ctl(r->sock, &m, out, r->copy ? 0 : 2) < 0) {
 			st = ND_CONNECTION_ABORTED;
 			goto fail;
 		}
@@ -556,6 +563,8 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 	c->peer_in_efd = r->in_efd;
 	c->peer_out_efd = r->out_efd;
 	c->peer_pid = r->pid;
+	c->peer_uid = r->uid;
+	c->copy = r->copy;
 	r->sock = r->in_efd = r->out_efd = -1;
 	st = conn_go_live(ep, c, &hello);
 	if (st == ND_SUCCESS) {

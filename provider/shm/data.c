@@ -2,7 +2,8 @@
 /*
  * shm data path, run under the adapter lock from whichever thread posts or
  * polls.  Outbound requests execute in order: sends stream into our ring,
- * reads and writes copy with process_vm_readv/writev, binds and
+ * reads and writes copy with process_vm_readv/writev (not with a peer of
+ * another user: "copy" connections carry sends alone), binds and
  * invalidates edit our window table.  A send's result waits until the peer
  * has consumed it, so the peer's verdict (overflow, bad window) reaches us.
  *
@@ -52,6 +53,22 @@ static inline uint64_t msg_pad(uint64_t n)
  * the sleeper pays for the store-load ordering (see shm_arm), so the hot
  * path needs only a compiler barrier; without it, a full fence here.
  */
+/*
+ * The peer's doorbell: its CQ's eventfd; a peer of another user (copy)
+ * gave none, as it could make our write to it block (clear O_NONBLOCK on
+ * the file both share, or fill the count), and is rung by a byte on the
+ * connection's socket, which its CQ watches, sent without waiting (a flag
+ * of the call, which the peer cannot change).  A full socket means bytes
+ * the peer has not read yet: it is awake already, or will be.
+ */
+static void bell(const struct shm_conn *c, int efd)
+{
+	if (efd >= 0)
+		(void)eventfd_write(efd, 1);
+	else
+		(void)send(c->sock, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 static void ring_bell(const struct shm_conn *c, _Atomic uint32_t *armed, int efd)
 {
 	if (c->fast_bell)
@@ -60,7 +77,7 @@ static void ring_bell(const struct shm_conn *c, _Atomic uint32_t *armed, int efd
 		atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(armed, memory_order_relaxed) &&
 	    atomic_exchange(armed, 0))
-		(void)eventfd_write(efd, 1);
+		bell(c, efd);
 }
 
 /* Copy between an SGL (at byte offset off) and a ring (at position pos). */
@@ -303,6 +320,9 @@ static void exec_rdma(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 	nd_status st;
 	uint64_t off;
 
+	/* another user's memory is not ours to read or write (copy) */
+	if (c->copy)
+		return wr_fail(ep, wr, ND_ACCESS_VIOLATION);
 	st = wsd_sgl_check(wr->sgl, wr->nsge,
 		       wr->op == ND_OP_READ ? ND_MR_FLAG_ALLOW_LOCAL_WRITE : 0);
 	if (st != ND_SUCCESS)
@@ -460,6 +480,9 @@ static void exec_bind(struct nd_ep *ep, struct shm_conn *c, struct nd_wr *wr)
 	int slot = window_slot_free(c);
 	struct nd_mw *mw = wr->mw;
 
+	/* a window a peer of another user could never use: none is published */
+	if (c->copy)
+		return wr_fail(ep, wr, ND_NOT_SUPPORTED);
 	if (slot < 0)
 		return wr_fail(ep, wr, ND_INSUFFICIENT_RESOURCES);
 	mw->slot = (uint32_t)slot;
@@ -694,12 +717,21 @@ void shm_progress(struct nd_ep *ep)
 	reap_sends(ep, c);
 }
 
-/* Is the peer gone without saying so (killed)?  Its socket reads EOF. */
+/*
+ * Is the peer gone without saying so (killed)?  Its socket reads EOF.  A
+ * peer of another user rings on that socket (bell): its bells are read
+ * here, before the CQ sleeps, or they would keep it awake; a peer that
+ * sends more than we read is only woken up for, as by its data.
+ */
 static int peer_vanished(struct shm_conn *c)
 {
-	char b;
-	ssize_t n = recv(c->sock, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+	char b[64];
+	ssize_t n;
+	int k = 0;
 
+	do
+		n = recv(c->sock, b, c->copy ? sizeof(b) : 1, MSG_DONTWAIT | (c->copy ? 0 : MSG_PEEK));
+	while (c->copy && n > 0 && ++k < 16);
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
@@ -766,8 +798,8 @@ void shm_disconnect(struct nd_ep *ep)
 			mw_revoke(c, c->mws[i]);
 	atomic_store_explicit(&c->tx->closed, 1, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
-	(void)eventfd_write(c->peer_in_efd, 1);
-	(void)eventfd_write(c->peer_out_efd, 1);
+	bell(c, c->peer_in_efd);
+	bell(c, c->peer_out_efd);
 	shutdown(c->sock, SHUT_RDWR);
 	wsd_cq_detach(ep->attr.inbound_cq, c->sock);
 	wsd_cq_detach(ep->attr.outbound_cq, c->sock);

@@ -60,6 +60,8 @@ enum pstate { P_PROVE, P_ECHO, P_HELLO };
 struct pending {
 	int sock;
 	pid_t pid;
+	uid_t uid;
+	bool copy;                   /* another user's: proves nothing, gets the listener */
 	enum pstate state;
 	int64_t deadline;
 	struct shm_nonce nonce;
@@ -68,6 +70,7 @@ struct pending {
 struct shm_listener {
 	int fd;
 	_Atomic int tcp_fd;          /* the TCP listener we stand for, named in PROVE_ACK */
+	_Atomic unsigned long tcp_ino;   /* its inode when named (0: none) */
 	/* naming: the usual name, or (taken) the alternate one once tcp_fd is known */
 	unsigned port;
 	int backlog;
@@ -134,6 +137,7 @@ int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 	if (!sl)
 		return -ENOMEM;
 	atomic_init(&sl->tcp_fd, -1);
+	atomic_init(&sl->tcp_ino, 0);
 	atomic_flag_clear(&sl->alt_named);
 	sl->port = (unsigned)shm_addr_port(addr, len);
 	sl->backlog = backlog;
@@ -255,7 +259,10 @@ void shm_listen_close(void *priv)
 int shm_listen_owner(void *priv, int tcp_fd)
 {
 	struct shm_listener *sl = priv;
+	struct stat st;
 
+	atomic_store(&sl->tcp_ino, tcp_fd >= 0 && fstat(tcp_fd, &st) == 0 &&
+				   S_ISSOCK(st.st_mode) ? (unsigned long)st.st_ino : 0);
 	atomic_store(&sl->tcp_fd, tcp_fd);
 	if (!sl->taken || tcp_fd < 0 || atomic_flag_test_and_set(&sl->alt_named))
 		return 0;
@@ -330,11 +337,12 @@ static void take_new(struct nd_listener *l, struct shm_listener *sl)
 		struct epoll_event ev = { .events = EPOLLIN };
 		struct pending *p;
 		pid_t pid;
+		uid_t uid;
 		int held, ret, sock = accept4(sl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 		if (sock < 0)
 			return;   /* EAGAIN, or a connector gone already */
-		ret = shm_peer_uid_ok(sock, &pid);
+		ret = shm_peer_uid_ok(sock, &pid, &uid, atomic_load(&l->other_users));
 		if (ret < 0) {
 			if (ret == -EACCES) {
 				count_refusal(l, WSD_LREF_USER);
@@ -369,17 +377,67 @@ static void take_new(struct nd_listener *l, struct shm_listener *sl)
 		}
 		p->sock = sock;
 		p->pid = pid;
+		p->uid = uid;
+		p->copy = uid != geteuid();
 		p->state = P_PROVE;
 		p->deadline = wsd_now_ms() + SHM_PROOF_MS;
 		sl->p[sl->npending++] = p;
 	}
 }
 
-static bool hello_ok(const struct shm_ctl *m, const int *fds)
+/* The region, and the connector's eventfds unless it is another user's (copy). */
+static bool hello_ok(const struct pending *p, const struct shm_ctl *m, const int *fds)
 {
-	return fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0 &&
-	       shm_layout_ok(m->ring_size, m->nwindows) &&
+	if (fds[0] < 0 || !shm_layout_ok(m->ring_size, m->nwindows))
+		return false;
+	if (p->copy)
+		return fds[1] < 0 && fds[2] < 0;
+	return fds[1] >= 0 && fds[2] >= 0 &&
 	       shm_check_eventfd(fds[1]) == 0 && shm_check_eventfd(fds[2]) == 0;
+}
+
+/*
+ * The TCP listener we stand for, as a descriptor of our own for the time
+ * of a send, or -1.  The program may close its number and reuse it for
+ * any file at any time: only a copy taken first and found to be that very
+ * socket (its inode) may go to a process of another user.
+ */
+static int tcp_listener_dup(struct shm_listener *sl)
+{
+	unsigned long ino = atomic_load(&sl->tcp_ino);
+	int fd = atomic_load(&sl->tcp_fd), d;
+	struct stat st;
+
+	if (fd < 0 || !ino || (d = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		return -1;
+	if (fstat(d, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == ino)
+		return d;
+	close(d);
+	return -1;
+}
+
+/*
+ * A connector of another user (copy): no nonce either way; PROVE_ACK
+ * hands over the TCP listener we stand for, if named, which the connector
+ * checks is the one it dialled (owner.c).
+ */
+static int prove_copy(struct nd_listener *l, struct shm_listener *sl, struct pending *p,
+		      const struct shm_ctl *m)
+{
+	struct shm_ctl ack = { .magic = SHM_MAGIC, .version = SHM_VERSION,
+			       .type = SHM_PROVE_ACK, .features = SHM_FEAT_COPY, .tcp_fd = -1 };
+	int tcp, ret;
+
+	if (!(m->features & SHM_FEAT_COPY)) {
+		count_refusal(l, WSD_LREF_PROTOCOL);
+		return -EPROTO;
+	}
+	p->state = P_ECHO;
+	tcp = tcp_listener_dup(sl);
+	ret = shm_send_ctl(p->sock, &ack, &tcp, tcp >= 0 ? 1 : 0);
+	if (tcp >= 0)
+		close(tcp);
+	return ret;
 }
 
 /*
@@ -407,6 +465,8 @@ static int pending_step(struct nd_listener *l, struct shm_listener *sl, struct p
 			count_refusal(l, WSD_LREF_PROTOCOL);
 			return -EPROTO;
 		}
+		if (p->copy)
+			return prove_copy(l, sl, p, &m);
 		if (shm_nonce_read(p->pid, m.probe_addr, theirs) < 0 ||
 		    shm_nonce_new(&p->nonce) < 0) {
 			count_refusal(l, WSD_LREF_PROOF);
@@ -422,7 +482,7 @@ static int pending_step(struct nd_listener *l, struct shm_listener *sl, struct p
 		return shm_send_ctl(p->sock, &m, NULL, 0);
 	}
 	case P_ECHO:
-		if (m.type != SHM_ECHO || !shm_nonce_match(&p->nonce, m.nonce)) {
+		if (m.type != SHM_ECHO || (!p->copy && !shm_nonce_match(&p->nonce, m.nonce))) {
 			count_refusal(l, m.type == SHM_ECHO ? WSD_LREF_PROOF : WSD_LREF_PROTOCOL);
 			shm_reject(p->sock, SHM_REJECT, ND_ACCESS_DENIED);
 			return -EACCES;
@@ -433,7 +493,7 @@ static int pending_step(struct nd_listener *l, struct shm_listener *sl, struct p
 		p->state = P_HELLO;
 		return shm_send_ctl(p->sock, &m, NULL, 0);
 	case P_HELLO:
-		if (m.type != SHM_HELLO || !hello_ok(&m, fds)) {
+		if (m.type != SHM_HELLO || !hello_ok(p, &m, fds)) {
 			count_refusal(l, WSD_LREF_PROTOCOL);
 			shm_close_fds(fds, 3);
 			shm_reject(p->sock, SHM_REJECT, ND_CONNECTION_REFUSED);
@@ -443,6 +503,8 @@ static int pending_step(struct nd_listener *l, struct shm_listener *sl, struct p
 		(void)fcntl(p->sock, F_SETFL, 0);
 		r->sock = p->sock;
 		r->pid = p->pid;
+		r->uid = p->uid;
+		r->copy = p->copy;
 		r->memfd = fds[0];
 		r->in_efd = fds[1];
 		r->out_efd = fds[2];

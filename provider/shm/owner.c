@@ -387,6 +387,33 @@ int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o)
 	return ok ? 0 : -EACCES;
 }
 
+/*
+ * fd, handed over by a listener of another user, is a TCP listener of our
+ * network namespace covering the address dialled (sock_diag lists only
+ * ours): holding it is what the registry's process has to show.  A port
+ * has one listener, or one SO_REUSEPORT group, which the kernel keeps to
+ * one user.  0, -EACCES, or -errno when the kernel would not tell.
+ */
+int shm_owner_check_fd(int fd, const struct shm_owner *o)
+{
+	struct inodes listen = { 0 }, conn = { 0 };
+	struct stat st;
+	int ret, ok;
+
+	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return -EACCES;
+	ret = collect(getpid(), o, 1u << ST_LISTEN, &listen, &conn);
+	ok = ret == 0 && member(&listen, (unsigned long)st.st_ino);
+	free(listen.v);
+	free(conn.v);
+	if (ret < 0)
+		return ret;
+	if (!ok)
+		wsd_debug("shm: the listener handed over no TCP listener for port %u: refused",
+			  o->port);
+	return ok ? 0 : -EACCES;
+}
+
 /* ---- registry names held by whom: unix_diag ---------------------------- */
 
 /*

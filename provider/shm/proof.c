@@ -10,7 +10,9 @@
  * SO_PEERCRED gives for the socket (not a pid the peer claims), and echoes
  * them.  Only a process allowed to read ours can know the bytes.  A uid
  * check on SO_PEERCRED comes first on both sides, so a process of another
- * user learns nothing, not even an address.
+ * user learns nothing, not even an address.  Between users where both
+ * sides take other users, shm_prove_copy replaces the proof: nothing is
+ * read, and the data path then uses the shared rings alone.
  *
  * The nonce lies in a page of its own at a random address, so naming it
  * tells a peer that has not proven anything yet nothing about where our
@@ -45,17 +47,21 @@ static void random_bytes(void *p, size_t n)
 	}
 }
 
-/* The peer runs as our effective user; its pid as the kernel saw it.  0 or -EACCES. */
-int shm_peer_uid_ok(int sock, pid_t *pid)
+/*
+ * The peer runs as our effective user, or other_ok; its pid and uid as the
+ * kernel saw them.  0 or -EACCES.
+ */
+int shm_peer_uid_ok(int sock, pid_t *pid, uid_t *uid, bool other_ok)
 {
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
 
 	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
 		return -errno;
-	if (cr.uid != geteuid() || cr.pid <= 0)
+	if ((cr.uid != geteuid() && !other_ok) || cr.pid <= 0)
 		return -EACCES;
 	*pid = cr.pid;
+	*uid = cr.uid;
 	return 0;
 }
 
@@ -182,6 +188,47 @@ int shm_prove_connector(int sock, pid_t pid, const struct shm_owner *owner, int 
 		return ret;
 	m = (struct shm_ctl){ .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_ECHO };
 	memcpy(m.nonce, theirs, SHM_NONCE);
+	ret = shm_send_ctl(sock, &m, NULL, 0);
+	if (ret < 0)
+		return ret;
+	return expect(sock, &m, SHM_PROVED, wsd_ms_left(deadline));
+}
+
+/*
+ * The connector's half between two users (SHM_FEAT_COPY): no nonces, as
+ * neither may read the other; with owner, the listener must hand over a
+ * TCP listener of our network namespace for the address dialled, which
+ * only a process holding it can.  0, -EACCES (the listener is told), or
+ * another -errno.
+ */
+int shm_prove_copy(int sock, const struct shm_owner *owner, int timeout_ms)
+{
+	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
+	struct shm_ctl m = { .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_PROVE,
+			     .features = SHM_FEAT_COPY };
+	int fd = -1, ret = shm_send_ctl(sock, &m, NULL, 0);
+
+	/* turned away at once, the REJECT waits in the socket (behind a reset) */
+	ret = shm_recv_ctl(sock, &m, &fd, 1, ret ? 0 : wsd_ms_left(deadline));
+	if (ret == -ECONNRESET && shm_recv_ctl(sock, &m, &fd, 1, 0) == 0)
+		ret = 0;
+	if (ret == 0 && m.type == SHM_REJECT)
+		ret = m.reason == ND_ACCESS_DENIED ? -EACCES :
+		      m.reason == ND_NO_MORE_ENTRIES ? -EBUSY : -ECONNREFUSED;
+	else if (ret == 0 && (m.type != SHM_PROVE_ACK || !(m.features & SHM_FEAT_COPY)))
+		ret = -EPROTO;
+	if (ret == 0 && owner)
+		ret = fd < 0 ? -EACCES : shm_owner_check_fd(fd, owner);
+	if (fd >= 0)
+		close(fd);
+	if (ret == -EACCES) {
+		shm_reject(sock, SHM_REJECT, ND_ACCESS_DENIED);
+		return ret;
+	}
+	if (ret < 0)
+		return ret;
+	m = (struct shm_ctl){ .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_ECHO,
+			      .features = SHM_FEAT_COPY };
 	ret = shm_send_ctl(sock, &m, NULL, 0);
 	if (ret < 0)
 		return ret;

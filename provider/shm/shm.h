@@ -83,10 +83,21 @@ struct shm_msg {
 #define SHM_MSG_STREAM  0x2u
 
 #define SHM_FEAT_MEMBARRIER 0x1u   /* registered for global expedited membarrier */
+/*
+ * PROVE and PROVE_ACK between processes of different users, each taking
+ * the other ("copy"): neither reads the other's memory, so there is no
+ * nonce to read; the listener hands over its TCP listener instead, and
+ * no descriptor of ours that the peer could block us with changes hands
+ * (doorbells are bytes on the unix socket, sent without waiting).
+ */
+#define SHM_FEAT_COPY       0x2u
 
 /*
  * Set-up, connector C and listener L, on L's abstract unix socket:
  *   C checks SO_PEERCRED (our uid), L checks SO_PEERCRED (our uid)
+ *   (another uid, where both take other users: "copy", SHM_FEAT_COPY in
+ *   PROVE and PROVE_ACK, no nonces; PROVE_ACK carries the TCP listener
+ *   itself; HELLO and ACCEPT no eventfds)
  *   C -> L  PROVE      probe_addr: where C's nonce lies in C's memory
  *   L -> C  PROVE_ACK  nonce: C's nonce as L read it; probe_addr: L's nonce;
  *                      tcp_fd: L's TCP listener on the port, or -1
@@ -138,6 +149,8 @@ struct shm_conn {
 	int sock;                            /* liveness; EOF when the peer dies */
 	int pidfd;
 	pid_t peer_pid;
+	uid_t peer_uid;
+	bool copy;                           /* another user: no RDMA, bells on sock */
 	void *map;
 	size_t map_len;
 	struct shm_half *tx;                 /* mine: I produce, I own its windows */
@@ -151,7 +164,7 @@ struct shm_conn {
 	/* positions: tx_head is ours; tx_tail the last valid one the peer gave */
 	uint64_t tx_head, tx_tail;
 	uint64_t rx_tail;                    /* ours */
-	int peer_in_efd, peer_out_efd;       /* the peer's CQ doorbells */
+	int peer_in_efd, peer_out_efd;       /* the peer's CQ doorbells (-1: copy) */
 	uint32_t peer_read_limit;
 	int fast_bell;                       /* both sides use membarrier */
 	/* receive side */
@@ -184,7 +197,7 @@ struct shm_nonce {
 	uint8_t *page;                       /* a page of its own, at a random address */
 	uint8_t *at;                         /* the nonce in it */
 };
-WSD_HIDDEN int shm_peer_uid_ok(int sock, pid_t *pid);
+WSD_HIDDEN int shm_peer_uid_ok(int sock, pid_t *pid, uid_t *uid, bool other_ok);
 WSD_HIDDEN int shm_nonce_new(struct shm_nonce *n);
 WSD_HIDDEN void shm_nonce_free(struct shm_nonce *n);
 WSD_HIDDEN int shm_nonce_read(pid_t pid, uint64_t addr, uint8_t out[SHM_NONCE]);
@@ -192,6 +205,7 @@ WSD_HIDDEN int shm_nonce_match(const struct shm_nonce *n, const uint8_t echo[SHM
 struct shm_owner;
 WSD_HIDDEN int shm_prove_connector(int sock, pid_t pid, const struct shm_owner *owner,
 				   int timeout_ms);
+WSD_HIDDEN int shm_prove_copy(int sock, const struct shm_owner *owner, int timeout_ms);
 WSD_HIDDEN int shm_check_eventfd(int fd);
 
 /* owner.c: does the registry's process hold the TCP listener it stands for? */
@@ -201,6 +215,8 @@ struct shm_owner {
 };
 WSD_HIDDEN int shm_owner_want(const struct sockaddr *addr, socklen_t len, struct shm_owner *o);
 WSD_HIDDEN int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o);
+/* ...where the listener handed over fd, its TCP listener, itself (copy) */
+WSD_HIDDEN int shm_owner_check_fd(int fd, const struct shm_owner *o);
 /*
  * unix_diag: the uid of the socket that holds the name un (-2 when the
  * kernel does not say); up to max alternate registry names
@@ -218,6 +234,8 @@ struct shm_request {
 	int sock;
 	int memfd, in_efd, out_efd;
 	pid_t pid;
+	uid_t uid;
+	bool copy;
 	struct shm_ctl hello;
 };
 WSD_HIDDEN int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,

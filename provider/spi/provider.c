@@ -479,6 +479,8 @@ int wsp_posted_error(struct wsp_socket *s, nd_status st)
 		return WSAEFAULT;
 	case ND_INVALID_PARAMETER:
 		return WSAEINVAL;
+	case ND_NOT_SUPPORTED:
+		return WSAEOPNOTSUPP;   /* RDMA on a connection between users (SO_WSP_PEER_USERS) */
 	default:
 		return WSAENETDOWN;
 	}

@@ -107,6 +107,7 @@ int WSPListen(SOCKET h, int backlog, int *err)
 		s->l = NULL;
 		return fail_with(s, r == -EADDRINUSE ? WSAEADDRINUSE : WSAEINVAL, err);
 	}
+	wsd_listen_other_users(s->l, s->peer_users);
 	s->state = S_LISTENING;
 	wsp_sock_put(s);
 	return 0;
@@ -327,6 +328,7 @@ int WSPConnect(SOCKET h, const struct sockaddr *name, socklen_t len, const WSABU
 	if (e)
 		return fail_with(s, e, err);
 	wsd_ep_owner_check(s->ep, s->tcp_listener > 0, (uint16_t)s->tcp_port);
+	wsd_ep_other_users(s->ep, s->peer_users);
 	st = nd_ep_connect(s->ep, name, len, caller ? caller->buf : NULL, caller ? caller->len : 0,
 			   CONNECT_TIMEOUT_MS);
 	if (st != ND_SUCCESS) {
@@ -459,6 +461,20 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 		if (v <= 0)
 			return fail_with(s, WSAENOPROTOOPT, err);
 		break;
+	case SO_WSP_PEER_USERS:
+		v = s->peer_users;
+		break;
+	case SO_WSP_PEER_UID: {
+		int64_t uid;
+
+		pthread_mutex_lock(&s->pv->lock);
+		uid = s->state == S_CONNECTED && s->ep ? s->ep->peer_uid : -1;
+		pthread_mutex_unlock(&s->pv->lock);
+		if (uid < 0)
+			return fail_with(s, WSAENOPROTOOPT, err);
+		v = (int)uid;
+		break;
+	}
 	default:
 		return fail_with(s, WSAENOPROTOOPT, err);
 	}
@@ -536,6 +552,14 @@ int WSPSetSockOpt(SOCKET h, int level, int name, const void *val, socklen_t len,
 		if (v < 0 || s->state == S_CLOSED)
 			return fail_with(s, WSAEINVAL, err);
 		s->accept_ms = v;
+		break;
+	case SO_WSP_PEER_USERS:
+		/* a listener's applies to requests from now on; a connect's at the connect */
+		if (v < 0 || v > 1 || s->state == S_CONNECTED || s->state == S_CLOSED)
+			return fail_with(s, WSAEINVAL, err);
+		s->peer_users = v;
+		if (s->state == S_LISTENING)
+			wsd_listen_other_users(s->l, v);
 		break;
 	default:
 		return fail_with(s, WSAENOPROTOOPT, err);

@@ -78,6 +78,7 @@ struct wsp_socket {
 	int tcp_listener;                /* SO_WSP_TCP_LISTENER; -1 when not set */
 	int tcp_port;                    /* SO_WSP_TCP_PORT; 0: the port dialled */
 	int accept_ms;                   /* SO_WSP_ACCEPT_MS; 0: WSPAccept waits until a request */
+	bool peer_users;                 /* SO_WSP_PEER_USERS */
 	struct wsd_port *port;
 	uintptr_t key;
 	struct wsp_req *reqs;
