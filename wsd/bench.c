@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -122,6 +123,34 @@ static bool reap(struct bench_proc *p)
 	if (!p->pid)
 		return true;
 	return waitpid(p->pid, &st, 0) == p->pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* The worker's next line before the deadline (its stream is unbuffered). */
+bool bench_line_by(struct bench_proc *p, char *buf, size_t len, double deadline)
+{
+	struct pollfd pfd = { .fd = fileno(p->out), .events = POLLIN };
+	double left = deadline - bench_now();
+
+	return left > 0 && poll(&pfd, 1, (int)(left * 1000) + 1) > 0 &&
+	       bench_next_line(p, buf, len);
+}
+
+/* SIGTERM, then SIGKILL if it has not gone by the deadline. */
+void bench_end_worker(struct bench_proc *p, double deadline)
+{
+	if (p->pid <= 0)
+		return;
+	kill(p->pid, SIGTERM);
+	while (waitpid(p->pid, NULL, WNOHANG) == 0) {
+		if (bench_now() > deadline) {
+			kill(p->pid, SIGKILL);
+			waitpid(p->pid, NULL, 0);
+			break;
+		}
+		usleep(10000);
+	}
+	fclose(p->out);
+	p->pid = 0;
 }
 
 /*

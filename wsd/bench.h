@@ -45,6 +45,10 @@ int bench_spawn_env(struct bench_proc *p, bool wsd, const char *transport, const
 		    char *const args[]);
 /* The next line from a worker, without its newline; false at its end. */
 bool bench_next_line(struct bench_proc *p, char *buf, size_t len);
+/* ...before the deadline (bench_now's clock); its stream must be unbuffered. */
+bool bench_line_by(struct bench_proc *p, char *buf, size_t len, double deadline);
+/* SIGTERM, then SIGKILL if it has not gone by the deadline; reaped. */
+void bench_end_worker(struct bench_proc *p, double deadline);
 /*
  * One measurement: a server (here or on the peer), then the client here
  * with "PORT" in its arguments replaced.  The lines each printed last.
@@ -71,6 +75,11 @@ void bench_judge(const char *name, bool measured, bool also, double v, const cha
 		 double target, const char *unit);
 /* The same, measured when V > 0. */
 void bench_verdict(const char *name, double v, const char *cmp, double target, const char *unit);
+
+/* A port nobody listens on now on 127.0.0.1 (the kernel's choice), 0 if none. */
+int bench_free_port(void);
+/* prog is a command the shell finds. */
+bool bench_have(const char *prog);
 
 /* iperf3 -l 1M plain and under `wsd run` (self is the wsd program): Gbit/s each. */
 void bench_iperf3(const char *self, int rounds, int secs, double out[2]);

@@ -18,7 +18,7 @@
 #include "wsd/bench.h"
 
 /* A port nobody listens on now (the kernel's choice). */
-static int free_port(void)
+int bench_free_port(void)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(a);
@@ -32,7 +32,7 @@ static int free_port(void)
 	return port;
 }
 
-static bool have(const char *prog)
+bool bench_have(const char *prog)
 {
 	char cmd[256];
 
@@ -64,7 +64,7 @@ static bool run_for(const char *cmd, const char *key, char *line, size_t len)
 static double iperf3_once(const char *self, bool wsd, int secs)
 {
 	char pre[PATH_MAX + 16] = "", srv[PATH_MAX + 128], cli[PATH_MAX + 160], line[1024];
-	int port = free_port();
+	int port = bench_free_port();
 	FILE *s;
 	double bps = 0;
 	const char *p;
@@ -96,7 +96,7 @@ void bench_iperf3(const char *self, int rounds, int secs, double out[2])
 	out[0] = out[1] = 0;
 	printf("\n== iperf3 -l 1M, one stream, server on cpu 0, client on cpu 1, Gbit/s "
 	       "(median of %d)\n", rounds);
-	if (!have("iperf3")) {
+	if (!bench_have("iperf3")) {
 		printf("   not measured: iperf3 is not installed (./build.sh installs it)\n");
 		return;
 	}
@@ -117,7 +117,7 @@ void bench_iperf3(const char *self, int rounds, int secs, double out[2])
 static bool ucx_once(const char *test, long size, long iters, double f[8])
 {
 	char srv[256], cli[256], line[1024];
-	int port = free_port();
+	int port = bench_free_port();
 	FILE *s;
 	bool ok;
 
@@ -145,7 +145,7 @@ void bench_ucx(int rounds, double *bw_mbs, double *lat_us)
 	*bw_mbs = *lat_us = 0;
 	printf("\n== UCX ucx_perftest, shared memory (posix,cma), cpu 0 and cpu 1 "
 	       "(median of %d)\n", rounds);
-	if (!have("ucx_perftest")) {
+	if (!bench_have("ucx_perftest")) {
 		printf("   not measured: ucx_perftest is not installed (ucx-utils; "
 		       "./build.sh installs it)\n");
 		return;

@@ -11,12 +11,9 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "wsd/bench.h"
@@ -57,34 +54,6 @@ struct bench_scale {
 };
 
 /* ---- descriptors and memory ---------------------------------------------------------- */
-
-/* The worker's next line before the deadline (its stream is unbuffered). */
-static bool line_by(struct bench_proc *p, char *buf, size_t len, double deadline)
-{
-	struct pollfd pfd = { .fd = fileno(p->out), .events = POLLIN };
-	double left = deadline - bench_now();
-
-	return left > 0 && poll(&pfd, 1, (int)(left * 1000) + 1) > 0 &&
-	       bench_next_line(p, buf, len);
-}
-
-/* SIGTERM, then SIGKILL if it has not gone by the deadline. */
-static void end_worker(struct bench_proc *p, double deadline)
-{
-	if (p->pid <= 0)
-		return;
-	kill(p->pid, SIGTERM);
-	while (waitpid(p->pid, NULL, WNOHANG) == 0) {
-		if (bench_now() > deadline) {
-			kill(p->pid, SIGKILL);
-			waitpid(p->pid, NULL, 0);
-			break;
-		}
-		usleep(10000);
-	}
-	fclose(p->out);
-	p->pid = 0;
-}
 
 static long count_fds(int pid)
 {
@@ -141,7 +110,7 @@ static void hold_once(const struct bench_opts *o, bool wsd, int n, int secs, str
 	snprintf(nb, sizeof(nb), "%d", n);
 	snprintf(sb, sizeof(sb), "%d", secs);
 	if (bench_spawn(&s, wsd, o->transport, srv) || setvbuf(s.out, NULL, _IONBF, 0) ||
-	    !line_by(&s, line, sizeof(line), deadline) || sscanf(line, "port %15s", port) != 1) {
+	    !bench_line_by(&s, line, sizeof(line), deadline) || sscanf(line, "port %15s", port) != 1) {
 		snprintf(h->why, sizeof(h->why), "the server did not start");
 		bench_failures++;
 		goto out;
@@ -151,14 +120,14 @@ static void hold_once(const struct bench_opts *o, bool wsd, int n, int secs, str
 		bench_failures++;
 		goto out;
 	}
-	if (!line_by(&c, line, sizeof(line), deadline) ||
+	if (!bench_line_by(&c, line, sizeof(line), deadline) ||
 	    sscanf(line, "ready conns %d of %d accel %d pid %d err %d", &h->conns, &h->want,
 		   &h->accel[0], &pid[0], &h->err) != 5) {
 		snprintf(h->why, sizeof(h->why), "no answer in %d s", secs);
 		goto out;
 	}
 	/* the server counts its own when the client asks, before the client's line */
-	if (!h->conns || !line_by(&s, line, sizeof(line), bench_now() + 2) ||
+	if (!h->conns || !bench_line_by(&s, line, sizeof(line), bench_now() + 2) ||
 	    sscanf(line, "ready conns %*d accel %d pid %d", &h->accel[1], &pid[1]) != 2) {
 		snprintf(h->why, sizeof(h->why), "the server did not answer");
 		goto out;
@@ -181,8 +150,8 @@ static void hold_once(const struct bench_opts *o, bool wsd, int n, int secs, str
 	if (!h->done)
 		snprintf(h->why, sizeof(h->why), "/proc could not be read");
 out:
-	end_worker(&c, bench_now() + 5);
-	end_worker(&s, bench_now() + 5);
+	bench_end_worker(&c, bench_now() + 5);
+	bench_end_worker(&s, bench_now() + 5);
 }
 
 static void print_hold(const struct hold *h, int n)
