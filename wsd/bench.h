@@ -125,5 +125,7 @@ int bench_full(int fd, void *buf, size_t len, bool out);
 /* the many-connection workers (bench_work_scale.c) */
 int bench_work_hold(bool server, char **a, int n);
 int bench_work_msg(bool server, char **a, int n);
+/* the apps section's splicing proxy (bench_work_proxy.c) */
+int bench_work_proxy(bool server, char **a, int n);
 
 #endif

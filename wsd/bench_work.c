@@ -21,7 +21,8 @@
  *   conn-srv HOST COUNT                    answer COUNT short connections (0: until BYE)
  *   conn-cli HOST PORT COUNT [RUN_MS [keep]]  connect, 64 B each way, close
  *
- * and the many-connection ones of bench_work_scale.c (hold-*, msg-*).
+ * and the many-connection ones of bench_work_scale.c (hold-*, msg-*), and
+ * the apps section's splice-proxy (bench_work_proxy.c).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -664,6 +665,7 @@ int cmd_bench_worker(int argc, char **argv)
 		{ "conn-srv", conn, true }, { "conn-cli", conn, false },
 		{ "hold-srv", bench_work_hold, true }, { "hold-cli", bench_work_hold, false },
 		{ "msg-srv", bench_work_msg, true },   { "msg-cli", bench_work_msg, false },
+		{ "splice-proxy", bench_work_proxy, true },
 	};
 
 	if (argc < 2)
