@@ -246,6 +246,7 @@ struct results {
 	double iperf3[2];               /* Gbit/s, -l 1M */
 	double ucx_bw, ucx_lat;         /* ucx_perftest tag_bw 1 MiB MB/s, tag_lat 64 B us */
 	struct bench_stream_res stream;  /* 1 MiB, pinned: reused buffer and cold source */
+	struct bench_apps_res apps;     /* real programs */
 	int off_path;                   /* wsd runs whose connection took another path */
 };
 
@@ -678,8 +679,17 @@ static int serve(const struct bench_opts *o)
 /* --only's comma-separated section names as BENCH_ bits; 0 for a name not known. */
 static unsigned sections(const char *list)
 {
-	static const char *const names[] = { "tput", "rtt", "busy", "conn", "ext", "scale",
-					     "stream" };
+	/* apps:ROW runs one of the apps section's rows (a quick check needs one alone) */
+	static const struct {
+		const char *name;
+		unsigned bits;
+	} names[] = {
+		{ "tput", BENCH_TPUT },   { "rtt", BENCH_RTT },       { "busy", BENCH_BUSY },
+		{ "conn", BENCH_CONN },   { "ext", BENCH_EXT },       { "scale", BENCH_SCALE },
+		{ "stream", BENCH_STREAM }, { "apps", BENCH_APPS },
+		{ "apps:nginx", BENCH_APPS_NGINX }, { "apps:pgbench", BENCH_APPS_PG },
+		{ "apps:splice", BENCH_APPS_SPLICE },
+	};
 	unsigned bits = 0;
 	char buf[128], *save = NULL;
 
@@ -688,8 +698,8 @@ static unsigned sections(const char *list)
 		unsigned b = 0;
 
 		for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-			if (!strcmp(t, names[i]))
-				b = 1u << i;
+			if (!strcmp(t, names[i].name))
+				b = names[i].bits;
 		if (!b)
 			return 0;
 		bits |= b;
@@ -701,7 +711,7 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: wsd bench [--quick] [--rounds N] [--transport shm|verbs|auto]\n"
 			"                 [--peer ADDRESS] [--port N] [--svg FILE]\n"
-			"                 [--only tput,stream,rtt,busy,conn,ext,scale]\n"
+			"                 [--only tput,stream,rtt,busy,conn,ext,scale,apps]\n"
 			"       wsd bench --serve [--port N]\n");
 	return 2;
 }
@@ -761,7 +771,8 @@ int cmd_bench(int argc, char **argv)
 	printf("wsd bench: kernel TCP and wsd (%s), %s, pair by pair\n",
 	       o.transport ? o.transport : "the provider's choice",
 	       o.peer ? o.peer : "on this host");
-	ran = o.only ? o.only : ~0u;
+	/* apps only when named: it is slow and runs outside programs */
+	ran = o.only ? o.only : ~(unsigned)BENCH_APPS;
 	if (ran & BENCH_TPUT)
 		measure_tput(&o, host, &res);
 	if (ran & BENCH_STREAM)
@@ -778,8 +789,11 @@ int cmd_bench(int argc, char **argv)
 	}
 	if (ran & BENCH_SCALE)
 		scale = bench_scale(&o, host);
+	if (ran & BENCH_APPS)
+		bench_apps(&o, self, ran & BENCH_APPS, &res.apps);
 	verdicts(&res, ran);
 	bench_scale_verdicts(scale);
+	bench_apps_verdicts(&res.apps, ran & BENCH_APPS);
 	/* the chart needs every section but the scale one: not with --only */
 	if (!o.only) {
 		if (write_svg(o.svg, &res))

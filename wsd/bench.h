@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * wsd bench's parts: the orchestrator (bench.c), the outside yardsticks
- * (bench_ext.c), the many-connection section (bench_scale.c), and the
- * workers it runs (bench_work.c, bench_work_scale.c).
+ * (bench_ext.c), the many-connection section (bench_scale.c), the real
+ * programs (bench_apps.c), and the workers it runs (bench_work.c,
+ * bench_work_scale.c, bench_work_proxy.c).
  */
 #ifndef WSD_BENCH_H
 #define WSD_BENCH_H
@@ -18,6 +19,9 @@
 enum {
 	BENCH_TPUT = 1 << 0, BENCH_RTT = 1 << 1, BENCH_BUSY = 1 << 2, BENCH_CONN = 1 << 3,
 	BENCH_EXT = 1 << 4, BENCH_SCALE = 1 << 5, BENCH_STREAM = 1 << 6,
+	/* the apps section's rows: run only when named (slow, and outside programs) */
+	BENCH_APPS_NGINX = 1 << 7, BENCH_APPS_PG = 1 << 8, BENCH_APPS_SPLICE = 1 << 9,
+	BENCH_APPS = BENCH_APPS_NGINX | BENCH_APPS_PG | BENCH_APPS_SPLICE,
 };
 
 struct bench_opts {
@@ -106,6 +110,24 @@ struct bench_scale;
 /* Measure and print the section; the results for bench_scale_verdicts (free them there). */
 struct bench_scale *bench_scale(const struct bench_opts *o, const char *host);
 void bench_scale_verdicts(struct bench_scale *s);
+
+/* ---- real programs (bench_apps.c) ---- */
+
+/* One row: plain and wsd in turns. */
+struct bench_app_row {
+	bool measured;          /* every round gave both figures */
+	double v[2];            /* [plain, wsd] medians */
+	int fast, all;          /* the wsd runs' server connections on shm or verbs, of all */
+};
+
+struct bench_apps_res {
+	struct bench_app_row nginx, pgbench, splice;
+};
+
+/* Measure and print the rows named (BENCH_APPS_ bits); self is the wsd program. */
+void bench_apps(const struct bench_opts *o, const char *self, unsigned rows,
+		struct bench_apps_res *res);
+void bench_apps_verdicts(const struct bench_apps_res *res, unsigned rows);
 
 /* ---- the workers' helpers (bench_work.c) ---- */
 
