@@ -31,6 +31,16 @@ install_missing() {   # [PACKAGE...]: these, else $PACKAGES
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
 }
 
+apps_named() {   # ARG...: a --only among them runs wsd bench's nginx or pgbench row
+	while [ $# -ge 2 ]; do
+		if [ "$1" = --only ]; then
+			case ",$2," in *,apps,* | *,apps:nginx,* | *,apps:pgbench,*) return 0 ;; esac
+		fi
+		shift
+	done
+	return 1
+}
+
 build() {
 	[ -x configure ] && [ configure -nt configure.ac ] || autoreconf -fi
 	[ -f Makefile ] || ./configure
@@ -74,12 +84,17 @@ deb)
 	ls -l "$dir"/*.deb
 	;;
 bench)
+	shift
 	install_missing
+	# the apps section's real programs, only when it runs (Debian 12's
+	# postgresql-15, which postgresql pulls in, holds pgbench)
+	if apps_named "$@"; then
+		install_missing nginx wrk postgresql
+	fi
 	build
 	make -j"$(nproc)" tests/bench_nd tests/sock/connrate
 	./tests/bench_nd
 	./tests/sock/connrate_bench.sh
-	shift
 	./wsd/wsd bench --svg wsd-bench.svg "$@"
 	;;
 *)
