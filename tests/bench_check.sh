@@ -1,7 +1,9 @@
 #!/bin/sh
 # wsd bench, short (--quick): every section and verdict line printed, the
 # wsd runs accelerated, a chart that parses as SVG; and the same through
-# `wsd bench --serve` and --peer on loopback; --only runs one section.  The figures themselves are
+# `wsd bench --serve` and --peer on loopback; --only runs one section, and
+# the apps section only when named (its splicing proxy here: the other rows
+# need outside programs and minutes).  The figures themselves are
 # not judged here: ./build.sh bench prints them (targets: wsd(1)).
 set -u
 wsd=${top_builddir:-.}/wsd/wsd
@@ -55,6 +57,7 @@ $(grep "not accelerated" "${1%.out}.err")"
 timeout -k 5 300 "$wsd" bench --quick --svg "$tmp/a.svg" >"$tmp/a.out" 2>"$tmp/a.err" ||
 	fail "wsd bench --quick failed: $(cat "$tmp/a.err")"
 check "$tmp/a.out" "$tmp/a.svg"
+! grep -q "== apps" "$tmp/a.out" || fail "the apps section ran without --only apps"
 # 1000 connections held, both processes measured (here, not with --peer)
 grep -Eq "^ +1000 +client +[0-9]+ +[0-9]+ +-?[0-9]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+ +[0-9]+ of [0-9]+$" \
 	"$tmp/a.out" || fail "no measured line for 1000 connections: $(grep -A8 '== 1000' "$tmp/a.out")"
@@ -117,3 +120,14 @@ grep -q "== short-lived" "$tmp/c.out" && ! grep -q "== throughput" "$tmp/c.out" 
 	! grep -q "^bench: tput_" "$tmp/c.out" && ! grep -q "chart" "$tmp/c.out" &&
 	[ ! -e "$tmp/c.svg" ] || fail "--only conn ran more, or less: $(cat "$tmp/c.out")"
 echo "ok: wsd bench --only"
+
+# the apps section's splicing proxy alone: both figures on its line, its verdict
+timeout -k 5 60 "$wsd" bench --quick --only apps:splice >"$tmp/d.out" 2>"$tmp/d.err" ||
+	fail "wsd bench --only apps:splice failed: $(cat "$tmp/d.out" "$tmp/d.err")"
+grep -Eq "^apps: splice proxy .*: plain [1-9][0-9]* MB/s, wsd [1-9][0-9]* MB/s \([0-9.]+x\), on shm or verbs [0-2] of 2" \
+	"$tmp/d.out" || fail "no measured splice proxy line: $(cat "$tmp/d.out")"
+grep -Eq "^bench: apps_splice_proxy_ratio [0-9.]+ .*(MET|MISSED)$" "$tmp/d.out" ||
+	fail "no verdict for apps_splice_proxy_ratio: $(grep apps_ "$tmp/d.out")"
+! grep -Eq "^apps: (nginx|pgbench)|^bench: apps_(nginx|pgbench)" "$tmp/d.out" ||
+	fail "--only apps:splice ran more rows: $(cat "$tmp/d.out")"
+echo "ok: wsd bench --only apps:splice"
