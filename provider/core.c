@@ -51,6 +51,19 @@ int wsd_tp_not_taken(void *priv)
 	return -1;
 }
 
+int wsd_tp_no_fd_send(struct nd_ep *ep, int fd)
+{
+	(void)ep;
+	(void)fd;
+	return -EOPNOTSUPP;
+}
+
+int wsd_tp_no_fd_take(struct nd_ep *ep)
+{
+	(void)ep;
+	return -EOPNOTSUPP;
+}
+
 nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len, uint64_t token,
 			   uint32_t access)
 {
@@ -379,6 +392,26 @@ void wsd_listen_other_users(struct nd_listener *l, bool on)
 void wsd_ep_other_users(struct nd_ep *ep, bool on)
 {
 	ep->other_users = on;
+}
+
+int wsd_ep_fd_send(struct nd_ep *ep, int fd)
+{
+	int r;
+
+	pthread_mutex_lock(&ep->ad->lock);
+	r = ep->state == EP_CONNECTED ? ep->tp->fd_send(ep, fd) : -ENOTCONN;
+	pthread_mutex_unlock(&ep->ad->lock);
+	return r;
+}
+
+int wsd_ep_fd_take(struct nd_ep *ep)
+{
+	int r;
+
+	pthread_mutex_lock(&ep->ad->lock);
+	r = ep->state == EP_CONNECTED ? ep->tp->fd_take(ep) : -ENOTCONN;
+	pthread_mutex_unlock(&ep->ad->lock);
+	return r;
 }
 
 /* Wait on every transport's listener at once; take a request from the first. */

@@ -222,6 +222,14 @@ struct nd_transport {
 	/* does the peer's table hold a live window covering [addr, addr+len)? */
 	nd_status (*remote_check)(struct nd_ep *ep, uint64_t addr, uint64_t len,
 				  uint64_t token, uint32_t access);
+	/*
+	 * Hand a descriptor to the connected peer (0), or take the oldest one
+	 * it handed us (the descriptor, -EAGAIN while none came), where the
+	 * peer cannot take ours from our process itself (shm between users);
+	 * -EOPNOTSUPP elsewhere.
+	 */
+	int (*fd_send)(struct nd_ep *ep, int fd);
+	int (*fd_take)(struct nd_ep *ep);
 };
 
 /* Shared stubs: an op with nothing to do, and an op a transport lacks. */
@@ -230,6 +238,8 @@ WSD_HIDDEN void wsd_tp_none_free(void *priv);
 WSD_HIDDEN int wsd_tp_none_mr(void *adpriv, struct nd_mr *mr, void **priv);
 WSD_HIDDEN int wsd_tp_no_owner(void *priv, int tcp_fd);
 WSD_HIDDEN int wsd_tp_not_taken(void *priv);
+WSD_HIDDEN int wsd_tp_no_fd_send(struct nd_ep *ep, int fd);
+WSD_HIDDEN int wsd_tp_no_fd_take(struct nd_ep *ep);
 WSD_HIDDEN nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len,
 				      uint64_t token, uint32_t access);
 
@@ -252,6 +262,9 @@ WSD_HIDDEN void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port)
 /* ...(SO_WSP_PEER_USERS): pair with processes of other users, without their memory */
 WSD_HIDDEN void wsd_listen_other_users(struct nd_listener *l, bool on);
 WSD_HIDDEN void wsd_ep_other_users(struct nd_ep *ep, bool on);
+/* ...(SIO_WSP_SEND_FD, SIO_WSP_RECV_FD): the transport's fd_send and fd_take */
+WSD_HIDDEN int wsd_ep_fd_send(struct nd_ep *ep, int fd);
+WSD_HIDDEN int wsd_ep_fd_take(struct nd_ep *ep);
 
 /* status.c: -errno to nd_status, in one table */
 WSD_HIDDEN nd_status wsd_nd_from_errno(int err);

@@ -274,6 +274,15 @@ int WSPGetOverlappedResult(SOCKET s, WSAOVERLAPPED *lpOverlapped, uint32_t *lpcb
 
 /* WSPIoctl codes */
 #define SIO_WSP_TRANSPORT 0x58000001u  /* out: the transport's name, NUL-terminated */
+/*
+ * Connected socket, between users (SO_WSP_PEER_UID not ours) on shm:
+ * hand the peer a descriptor (in: an int), or take the oldest one it
+ * handed us (out: an int, ours to close); WSAEWOULDBLOCK while there is
+ * none (or, sending, the peer has not read the ones before),
+ * WSAEOPNOTSUPP on any other connection.
+ */
+#define SIO_WSP_SEND_FD   0x58000002u
+#define SIO_WSP_RECV_FD   0x58000003u
 
 /* ---- memory ------------------------------------------------------------ */
 

@@ -196,6 +196,8 @@ void shm_conn_free(struct shm_conn *c)
 		close(c->peer_in_efd);
 	if (c->peer_out_efd >= 0)
 		close(c->peer_out_efd);
+	for (unsigned i = 0; i < c->nfds; i++)
+		close(c->fds[i]);
 	free(c->mws);
 	free(c);
 }
@@ -405,9 +407,26 @@ static nd_status connect_find(struct nd_ep *ep, struct shm_conn *c, const struct
 
 	if (shm_sock_name(addr, len, &un, &unlen) < 0)
 		return ND_INVALID_PARAMETER;
+	/*
+	 * Taking other users, a usual name another user holds is tried last
+	 * when our own user has an alternate one for the port: that is the
+	 * server of our user (it found the usual name taken), and whoever
+	 * holds that name, a squatter perhaps, would hold us up for its
+	 * deadline (SHM_NAME_MS) before.
+	 */
+	n = 0;
+	if (owner && ep->other_users && shm_name_holder(&un, unlen) != (int)geteuid())
+		n = shm_alt_names((unsigned)shm_addr_port(addr, len), owner, alt, altlen,
+				  SHM_ALT_MAX);
+	for (int i = 0; i < n && wsd_ms_left(deadline) != 0; i++) {
+		st = connect_prove(ep, c, &alt[i], altlen[i], check, deadline);
+		wsd_debug("shm: alternate registry %s: %s", alt[i].sun_path + 1, nd_strstatus(st));
+		if (st == ND_SUCCESS)
+			return st;
+	}
 	st = connect_prove(ep, c, &un, unlen, check, deadline);
 	if (st == ND_SUCCESS || st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY ||
-	    st == ND_NO_MORE_ENTRIES || !owner)
+	    st == ND_NO_MORE_ENTRIES || !owner || n > 0)
 		return st;
 	n = shm_alt_names((unsigned)shm_addr_port(addr, len), owner, alt, altlen, SHM_ALT_MAX);
 	for (int i = 0; i < n && wsd_ms_left(deadline) != 0; i++) {
@@ -645,4 +664,6 @@ const struct nd_transport wsd_transport_shm = {
 	.progress = shm_progress,
 	.arm = shm_arm,
 	.remote_check = shm_remote_check,
+	.fd_send = shm_fd_send,
+	.fd_take = shm_fd_take,
 };

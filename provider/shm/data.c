@@ -718,21 +718,106 @@ void shm_progress(struct nd_ep *ep)
 }
 
 /*
+ * A peer of another user (copy) rings on the connection's socket (bell)
+ * and hands descriptors over it (shm_fd_send): read what waits there, at
+ * most 16 records, the descriptors kept in order (SHM_FDS_MAX at most: a
+ * peer that sends more gets them closed).  -1 at the socket's end or
+ * error, else 0.
+ */
+static int copy_drain(struct shm_conn *c)
+{
+	for (int k = 0; k < 16; k++) {
+		union {
+			char buf[CMSG_SPACE(sizeof(int) * 4)];
+			struct cmsghdr align;
+		} u;
+		char b[64];
+		struct iovec v = { b, sizeof(b) };
+		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf,
+				     .msg_controllen = sizeof(u.buf) };
+		ssize_t n = recvmsg(c->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+			return -1;
+		if (n < 0)
+			return 0;
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+			int got, fds[4];
+
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			got = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)(got < 4 ? got : 4));
+			for (int i = 0; i < got && i < 4; i++) {
+				if (c->nfds < SHM_FDS_MAX)
+					c->fds[c->nfds++] = fds[i];
+				else
+					close(fds[i]);
+			}
+		}
+	}
+	return 0;
+}
+
+/*
  * Is the peer gone without saying so (killed)?  Its socket reads EOF.  A
- * peer of another user rings on that socket (bell): its bells are read
- * here, before the CQ sleeps, or they would keep it awake; a peer that
- * sends more than we read is only woken up for, as by its data.
+ * peer of another user's bells are read here (copy_drain), before the CQ
+ * sleeps, or they would keep it awake; a peer that sends more than we
+ * read is only woken up for, as by its data.
  */
 static int peer_vanished(struct shm_conn *c)
 {
-	char b[64];
+	char b;
 	ssize_t n;
-	int k = 0;
 
-	do
-		n = recv(c->sock, b, c->copy ? sizeof(b) : 1, MSG_DONTWAIT | (c->copy ? 0 : MSG_PEEK));
-	while (c->copy && n > 0 && ++k < 16);
+	if (c->copy)
+		return copy_drain(c) < 0;
+	n = recv(c->sock, &b, 1, MSG_DONTWAIT | MSG_PEEK);
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/*
+ * Between users the peer may not take a descriptor from our process
+ * (pidfd_getfd), so it comes over the connection's socket, in a record of
+ * one byte, without waiting: -EAGAIN while the peer has not read the ones
+ * before.  The same user's peer takes it itself: -EOPNOTSUPP.
+ */
+int shm_fd_send(struct nd_ep *ep, int fd)
+{
+	struct shm_conn *c = ep->tpriv;
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec v = { "", 1 };
+	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+
+	if (!c->copy)
+		return -EOPNOTSUPP;
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(c->sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 ? 0 : -errno;
+}
+
+/* The oldest descriptor the peer handed us (shm_fd_send), now ours; -EAGAIN: none yet. */
+int shm_fd_take(struct nd_ep *ep)
+{
+	struct shm_conn *c = ep->tpriv;
+	int fd;
+
+	if (!c->copy)
+		return -EOPNOTSUPP;
+	if (!c->nfds && copy_drain(c) < 0 && !c->nfds)
+		return -ECONNRESET;
+	if (!c->nfds)
+		return -EAGAIN;
+	fd = c->fds[0];
+	memmove(c->fds, c->fds + 1, --c->nfds * sizeof(c->fds[0]));
+	return fd;
 }
 
 /* Could outbound progress be made now?  (The peer consumed, failed, or made room.) */

@@ -408,7 +408,8 @@ static int tcp_listener_dup(struct shm_listener *sl)
 	int fd = atomic_load(&sl->tcp_fd), d;
 	struct stat st;
 
-	if (fd < 0 || !ino || (d = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+	/* (above the standard streams: a program with stdin closed would get 0) */
+	if (fd < 0 || !ino || (d = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0)
 		return -1;
 	if (fstat(d, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == ino)
 		return d;

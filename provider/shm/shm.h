@@ -22,6 +22,7 @@
 				  3: PROVE_ACK names the TCP listener */
 #define SHM_PRIV_MAX 200
 #define SHM_NONCE 16
+#define SHM_FDS_MAX 8          /* descriptors a peer of another user handed us, held */
 
 /*
  * What a connector may ask the listener to map: the limits of
@@ -151,6 +152,8 @@ struct shm_conn {
 	pid_t peer_pid;
 	uid_t peer_uid;
 	bool copy;                           /* another user: no RDMA, bells on sock */
+	int fds[SHM_FDS_MAX];                /* copy: descriptors the peer handed us, in order */
+	unsigned nfds;
 	void *map;
 	size_t map_len;
 	struct shm_half *tx;                 /* mine: I produce, I own its windows */
@@ -265,5 +268,7 @@ WSD_HIDDEN void shm_mw_revoke(struct nd_ep *ep, struct nd_mw *mw);
 WSD_HIDDEN int shm_layout_intact(const struct shm_conn *c);
 WSD_HIDDEN nd_status shm_remote_check(struct nd_ep *ep, uint64_t addr, uint64_t len,
 				      uint64_t token, uint32_t access);
+WSD_HIDDEN int shm_fd_send(struct nd_ep *ep, int fd);
+WSD_HIDDEN int shm_fd_take(struct nd_ep *ep);
 
 #endif

@@ -568,6 +568,34 @@ int WSPSetSockOpt(SOCKET h, int level, int name, const void *val, socklen_t len,
 	return 0;
 }
 
+/* SIO_WSP_SEND_FD, SIO_WSP_RECV_FD: the endpoint's transport moves it (or cannot). */
+static int pass_fd(struct wsp_socket *s, uint32_t code, void *in, uint32_t inlen, void *out,
+		   uint32_t outlen, uint32_t *returned, int *err)
+{
+	int fd, r;
+
+	if (code == SIO_WSP_SEND_FD ? !in || inlen < sizeof(int) :
+				      !out || outlen < sizeof(int) || !returned)
+		return fail_with(s, WSAEFAULT, err);
+	if (s->state != S_CONNECTED || !s->ep)
+		return fail_with(s, WSAENOTCONN, err);
+	if (code == SIO_WSP_SEND_FD) {
+		memcpy(&fd, in, sizeof(fd));
+		r = fd < 0 ? -EBADF : wsd_ep_fd_send(s->ep, fd);
+	} else {
+		r = wsd_ep_fd_take(s->ep);
+	}
+	if (r < 0)
+		return fail_with(s, r == -EAGAIN ? WSAEWOULDBLOCK : r == -EOPNOTSUPP ?
+				    WSAEOPNOTSUPP : r == -EBADF ? WSAEINVAL : WSAECONNRESET, err);
+	if (code == SIO_WSP_RECV_FD) {
+		memcpy(out, &r, sizeof(r));
+		*returned = sizeof(r);
+	}
+	wsp_sock_put(s);
+	return 0;
+}
+
 int WSPIoctl(SOCKET h, uint32_t code, void *in, uint32_t inlen, void *out, uint32_t outlen,
 	     uint32_t *returned, WSAOVERLAPPED *ov, LPWSAOVERLAPPED_COMPLETION_ROUTINE routine,
 	     WSATHREADID *tid, int *err)
@@ -576,12 +604,14 @@ int WSPIoctl(SOCKET h, uint32_t code, void *in, uint32_t inlen, void *out, uint3
 	const char *name;
 	size_t n;
 
-	(void)in;
-	(void)inlen;
 	(void)tid;
 	if (!s)
 		return SOCKET_ERROR;
-	if (code != SIO_WSP_TRANSPORT || ov || routine)
+	if (ov || routine)
+		return fail_with(s, WSAEINVAL, err);
+	if (code == SIO_WSP_SEND_FD || code == SIO_WSP_RECV_FD)
+		return pass_fd(s, code, in, inlen, out, outlen, returned, err);
+	if (code != SIO_WSP_TRANSPORT)
 		return fail_with(s, WSAEINVAL, err);
 	name = s->ep ? nd_ep_transport(s->ep) : NULL;
 	if (!name)

@@ -787,4 +787,6 @@ const struct nd_transport wsd_transport_verbs = {
 	.progress = vb_progress,
 	.arm = vb_arm,
 	.remote_check = wsd_tp_unchecked,
+	.fd_send = wsd_tp_no_fd_send,       /* another host: no descriptor crosses */
+	.fd_take = wsd_tp_no_fd_take,
 };

@@ -5,9 +5,10 @@
 # another port, and counts the descriptors it is sent).  The squatter must
 # get no descriptor and the client's answers must be exact:
 #  other-uid  squatter of uid 65534; server (under wsd) and client as root:
-#             the connector's uid check refuses the squatter.  The server
-#             found its usual name taken and listens on an alternate one
-#             (wsd-protocol(7)), which the client tries next: it is on shm.
+#             the server found its usual name taken and listens on an
+#             alternate one (wsd-protocol(7)), which the client, finding
+#             it held by its own user, tries before the usual name: it is
+#             on shm, and the squatter is not even dialled.
 #  same-uid   squatter as root, like the client, so it passes the mutual
 #             proof; the server is plain, so there is no alternate name.
 #             Only the connector's check that the registry's process holds
@@ -64,15 +65,17 @@ case_run() {
 	touch "$tmp/$name.stop"
 	wait "$client" || fail "$name: the client saw a wrong answer or none"
 	wait "$squatter" || fail "$name: the squatter failed"
-	grep -q "^squat: [1-9][0-9]* connections, 0 descriptors" "$tmp/$name-squat.out" ||
-		fail "$name: the squatter was not dialled, or got descriptors: $(cat "$tmp/$name-squat.out")"
+	grep -q "^squat: $5 connections, 0 descriptors" "$tmp/$name-squat.out" ||
+		fail "$name: the squatter got descriptors, or was dialled where it should not" \
+		     "be or not where it should: $(cat "$tmp/$name-squat.out")"
 	kill -0 "$server" 2>/dev/null || fail "$name: the server died"
 	kill "$server"
 	echo "$name: $(cat "$tmp/$name-client.out"); $(cat "$tmp/$name-squat.out")"
 }
 
-case_run other-uid "$nobody" "$wsd run --" shm
-case_run same-uid "" "" access
+# case_run NAME SQUATTER-PREFIX SERVER-PREFIX WANT DIALLED (a grep pattern for the count)
+case_run other-uid "$nobody" "$wsd run --" shm 0
+case_run same-uid "" "" access "[1-9][0-9]*"
 echo "PASS: the squatters got no descriptor; a wsd server's client on shm past the squatter," \
 	"a plain server's on TCP (access); answers exact"
 exit 0
