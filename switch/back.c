@@ -75,6 +75,7 @@ void plain_again(struct wsd_sock *s, enum wsd_reason why)
 	pthread_mutex_unlock(&s->mu);
 	wsd_stat_begin(s->stat);
 	s->stat->path = PATH_TCP;
+	s->stat->way = WAY_NONE;
 	s->stat->reason = (uint8_t)why;
 	wsd_stat_end(s->stat);
 	if (was != now)

@@ -240,6 +240,9 @@ static void set_stat_path(struct wsd_sock *s)
 	wsd_stat_begin(s->stat);
 	s->stat->path = (uint8_t)(s->sess->path);
 	s->stat->reason = R_NONE;
+	s->stat->way = s->sess->path == PATH_VERBS ? WAY_RDMA :
+		       wsd_chan_copy(s->sess->ch) ? WAY_COPY :
+		       s->sess->peer_map ? WAY_MAP : WAY_VM;
 	wsd_stat_end(s->stat);
 	atomic_store_explicit(&s->stat->channel, wsd_chan_id(s->sess->ch), memory_order_relaxed);
 	atomic_store_explicit(&s->stat->peer_pid, wsd_chan_peer_pid(s->sess->ch),

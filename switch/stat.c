@@ -270,7 +270,7 @@ static void slot_reset(struct wsd_stat_slot *s, uint32_t used)
 	s->path = PATH_TCP;
 	s->reason = used ? R_PENDING : R_NONE;
 	s->listening = 0;
-	s->pad = 0;
+	s->way = WAY_NONE;
 	memset(&s->local, 0, sizeof(s->local));
 	memset(&s->peer, 0, sizeof(s->peer));
 	atomic_store_explicit(&s->tcp_tx, 0, memory_order_relaxed);

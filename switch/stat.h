@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define WSD_STAT_MAGIC   0x54534457u    /* "WDST" */
-#define WSD_STAT_VERSION 6u
+#define WSD_STAT_VERSION 7u
 #define WSD_STAT_SLOTS   65536u
 #define WSD_STAT_DIR     "/dev/shm"
 #define WSD_STAT_PREFIX  "wsd-stat."
@@ -57,6 +57,14 @@ enum {
 	WSD_STAT_WAIT_N
 };
 
+/*
+ * How an accelerated connection's bytes move: stores into the peer's ring
+ * mapped here (map), the peer's memory written by the kernel for us (vm:
+ * shm that could not map it), the rings alone with a process of another
+ * user (copy), RDMA between hosts (rdma).  0: not accelerated.
+ */
+enum wsd_stat_way { WAY_NONE, WAY_MAP, WAY_VM, WAY_COPY, WAY_RDMA };
+
 struct wsd_stat_slot {
 	_Atomic uint32_t gen;  /* odd while being written */
 	uint32_t used;         /* 1: a live socket */
@@ -64,7 +72,7 @@ struct wsd_stat_slot {
 	uint8_t path;          /* enum wsd_path: 0 tcp, 1 shm, 2 verbs */
 	uint8_t reason;        /* enum wsd_reason */
 	uint8_t listening;
-	uint8_t pad;
+	uint8_t way;           /* enum wsd_stat_way: how its bytes move */
 	struct wsd_stat_addr local, peer;
 	/* counters, bytes unless said */
 	_Atomic uint64_t tcp_tx, tcp_rx;        /* through the kernel stream */

@@ -58,15 +58,15 @@ rows() {
 start ""
 "$wsd" stat >"$tmp/table" 2>"$tmp/err" || fail "wsd stat failed: $(cat "$tmp/err")"
 head="PID COMM FD LOCAL PEER PATH REASON TCP-TX TCP-RX COPY-TX COPY-RX ZCOPY-TX ZCOPY-RX"
-head="$head BELLS-TX BELLS-RX WAITS FALLBACKS CHAN PEER-PID"
+head="$head BELLS-TX BELLS-RX WAITS FALLBACKS CHAN PEER-PID WAY"
 [ "$(head -n 1 "$tmp/table" | tr -s ' ' | sed 's/^ //')" = "$head" ] ||
 	fail "no header line: $(head -n 1 "$tmp/table")"
 w=stat_writer
 c11="11 12 1000 2000 3000000 4000000 5 6 7 8 9 4321"
 for want in \
-	"$pid $w 11 127.0.0.1:5001 127.0.0.1:40000 shm none $c11" \
-	"$pid $w 12 [::1]:5002 [2001:db8::7]:40001 tcp peer-plain 100 200 0 0 0 0 0 0 0 1 0 0" \
-	"$pid $w 13 0.0.0.0:5003 - tcp listener 0 0 0 0 0 0 0 0 0 0 0 0"; do
+	"$pid $w 11 127.0.0.1:5001 127.0.0.1:40000 shm none $c11 copy" \
+	"$pid $w 12 [::1]:5002 [2001:db8::7]:40001 tcp peer-plain 100 200 0 0 0 0 0 0 0 1 0 0 -" \
+	"$pid $w 13 0.0.0.0:5003 - tcp listener 0 0 0 0 0 0 0 0 0 0 0 0 -"; do
 	fd=$(echo "$want" | cut -d' ' -f3)
 	got=$(row "$pid" "$fd" "$tmp/table" | sed 's/^ //')
 	[ "$got" = "$want" ] || { cat "$tmp/table"; fail "row of fd $fd: '$got', want '$want'"; }
@@ -89,10 +89,11 @@ assert sorted(s) == [11, 12, 13], sorted(s)
 want = {"local": "127.0.0.1:5001", "peer": "127.0.0.1:40000", "listening": False,
         "path": "shm", "reason": "none", "tcp_tx": 11, "tcp_rx": 12, "copy_tx": 1000,
         "copy_rx": 2000, "zcopy_tx": 3000000, "zcopy_rx": 4000000, "doorbells_tx": 5,
-        "doorbells_rx": 6, "waits": 7, "fallbacks": 8, "channel": 9, "peer_pid": 4321}
+        "doorbells_rx": 6, "waits": 7, "fallbacks": 8, "channel": 9, "peer_pid": 4321,
+        "way": "copy"}
 assert all(s[11][k] == v for k, v in want.items()), s[11]
-assert (s[12]["local"], s[12]["peer"], s[12]["path"], s[12]["reason"], s[12]["fallbacks"]) == \
-    ("[::1]:5002", "[2001:db8::7]:40001", "tcp", "peer-plain", 1), s[12]
+assert (s[12]["local"], s[12]["peer"], s[12]["path"], s[12]["reason"], s[12]["fallbacks"],
+        s[12]["way"]) == ("[::1]:5002", "[2001:db8::7]:40001", "tcp", "peer-plain", 1, "-"), s[12]
 assert (s[13]["local"], s[13]["peer"], s[13]["listening"], s[13]["reason"]) == \
     ("0.0.0.0:5003", None, True, "listener"), s[13]
 EOF

@@ -133,6 +133,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "name"))
 		prctl(PR_SET_NAME, "x\"y\\z\t\xc3\xa9\xc3");
 	v4 = publish(11, PATH_SHM, R_NONE, AF_INET, "127.0.0.1", 5001, "127.0.0.1", 40000);
+	v4->way = WAY_COPY;
 	wsd_stat_add(v4, &v4->tcp_tx, 11);
 	wsd_stat_add(v4, &v4->tcp_rx, 12);
 	wsd_stat_add(v4, &v4->copy_tx, 1000);

@@ -56,6 +56,11 @@ static const char *const path_names[] = {
 	[PATH_VERBS] = "verbs",
 };
 
+static const char *const way_names[] = {
+	[WAY_NONE] = "-", [WAY_MAP] = "map", [WAY_VM] = "vm", [WAY_COPY] = "copy",
+	[WAY_RDMA] = "rdma",
+};
+
 
 /* the counters in column order: table heading, JSON key, offset in the slot */
 static const struct {
@@ -168,6 +173,7 @@ static bool slot_read(const struct wsd_stat_slot *src, uint32_t idx, struct row 
 	else
 		snprintf(r->path, sizeof(r->path), "path-%u", s.path);
 	snprintf(r->reason, sizeof(r->reason), "%s", reason_text(s.reason));
+	snprintf(r->way, sizeof(r->way), "%s", s.way < ARRAY_SIZE(way_names) ? way_names[s.way] : "?");
 	for (int c = 0; c < NCTRS; c++)
 		r->ctr[c] = atomic_load_explicit(
 			(const _Atomic uint64_t *)((const char *)src + ctrs[c].off),
@@ -437,6 +443,8 @@ static void print_json(const struct proc *procs, size_t nprocs)
 			json_str(r->path);
 			fputs(",\"reason\":", stdout);
 			json_str(r->reason);
+			fputs(",\"way\":", stdout);
+			json_str(r->way);
 			for (int c = 0; c < NCTRS; c++)
 				printf(",\"%s\":%" PRIu64, ctrs[c].key, r->ctr[c]);
 			if (r->wait[WSD_WAIT_AT]) {
@@ -486,7 +494,7 @@ static int text_width(const char *s)
 }
 
 enum { COL_PID, COL_COMM, COL_FD, COL_LOCAL, COL_PEER, COL_PATH, COL_REASON, COL_CTR0,
-       NCOLS = COL_CTR0 + NCTRS };
+       COL_WAY = COL_CTR0 + NCTRS, NCOLS };
 
 static const char *const heads[COL_CTR0] = {
 	"PID", "COMM", "FD", "LOCAL", "PEER", "PATH", "REASON"
@@ -497,7 +505,8 @@ static void cells(const struct proc *p, const struct row *r, char cell[NCOLS][64
 {
 	for (int c = 0; c < NCOLS; c++) {
 		if (!r) {
-			const char *h = c < COL_CTR0 ? heads[c] : ctrs[c - COL_CTR0].head;
+			const char *h = c < COL_CTR0 ? heads[c] : c == COL_WAY ? "WAY" :
+					ctrs[c - COL_CTR0].head;
 
 			snprintf(cell[c], 64, "%s", h);
 			continue;
@@ -524,6 +533,9 @@ static void cells(const struct proc *p, const struct row *r, char cell[NCOLS][64
 		case COL_REASON:
 			snprintf(cell[c], 64, "%s", r->reason);
 			break;
+		case COL_WAY:
+			snprintf(cell[c], 64, "%s", r->way);
+			break;
 		default:
 			snprintf(cell[c], 64, "%" PRIu64, r->ctr[c - COL_CTR0]);
 			break;
@@ -535,7 +547,7 @@ static void cells(const struct proc *p, const struct row *r, char cell[NCOLS][64
 static void print_cells(char cell[NCOLS][64], const int width[NCOLS])
 {
 	for (int c = 0; c < NCOLS; c++) {
-		bool right = c == COL_PID || c == COL_FD || c >= COL_CTR0;
+		bool right = c == COL_PID || c == COL_FD || (c >= COL_CTR0 && c != COL_WAY);
 		int pad = width[c] - text_width(cell[c]);
 
 		if (c)

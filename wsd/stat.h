@@ -23,7 +23,7 @@ struct row {
 	int32_t fd;
 	bool listening;
 	char local[56], peer[56];    /* "[v6addr%scope]:port" fits */
-	char path[16], reason[24];
+	char path[16], reason[24], way[8];
 	uint64_t ctr[NCTRS];
 	uint64_t mem_ino[2];         /* the channel's memory (switch/stat.h) */
 	uint64_t wait[23];           /* the last sleep's state (switch/stat.h), wait[0] 0: none */
