@@ -236,6 +236,16 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 		goto no_ch;
 	}
 	wsd_session_peer(ss, q->h);
+	/* by copy the peer's ring is mapped or not written at all (no RDMA): TCP */
+	if (wsd_chan_copy(ch) && !wsd_session_mapped(ss)) {
+		wsd_session_free(ss);
+		if (!q->ch) {
+			wsd_chan_lost_socket(ch);   /* q->ws: refused below */
+			wsd_chan_put(ch);
+		}
+		why = R_RESOURCES;
+		goto no;
+	}
 	wsd_session_hello(ss, &a.h, q->ch ? MSG_OPENED : MSG_ACCEPT);
 	a.req = q->req;
 	if (wsd_fault("accept-delay", &ms))

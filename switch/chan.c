@@ -75,6 +75,38 @@ bool wsd_chan_dead(const struct wsd_chan *ch)
 	return atomic_load(&ch->dead);
 }
 
+bool wsd_chan_copy(const struct wsd_chan *ch)
+{
+	return ch->copy;
+}
+
+int64_t wsd_chan_sock_uid(SOCKET ws)
+{
+	int uid = -1, err;
+	socklen_t len = sizeof(uid);
+
+	if (wsd_spi()->lpWSPGetSockOpt(ws, SOL_WSP, SO_WSP_PEER_UID, (char *)&uid, &len, &err))
+		return -1;
+	return (int64_t)(uint32_t)uid;
+}
+
+/*
+ * A channel with a process of another user (copy): that process may not
+ * take our segment's memfd from us (pidfd_getfd), so it goes over the
+ * transport's socket now, before any message names it.  0, or -1 when it
+ * cannot (the channel is not made).
+ */
+static int copy_start(struct wsd_chan *ch)
+{
+	int err;
+
+	if (!ch->copy)
+		return 0;
+	return ch->segs[0].memfd >= 0 &&
+	       !wsd_spi()->lpWSPIoctl(ch->ws, SIO_WSP_SEND_FD, &ch->segs[0].memfd, sizeof(int),
+				      NULL, 0, NULL, NULL, NULL, NULL, &err) ? 0 : -1;
+}
+
 void wsd_chan_lost_socket(struct wsd_chan *ch)
 {
 	ch->ws = INVALID_SOCKET;
@@ -143,12 +175,19 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	ch->ring = wsd_switch_params()->ring_size;
 	if (!ch->ring)
 		ch->ring = path == PATH_SHM ? SHM_RING : VERBS_RING;
+	ch->copy = path == PATH_SHM && wsd_chan_sock_uid(ws) >= 0 &&
+		   wsd_chan_sock_uid(ws) != (int64_t)geteuid();
 	if (chan_seg_add(ch, ch->ring, path == PATH_SHM ? SHM_SLOTS : VERBS_SLOTS)) {
 		ch->ws = INVALID_SOCKET;   /* still the caller's */
 		chan_free(ch);
 		return NULL;
 	}
 	ch->nsegs = 1;
+	if (copy_start(ch)) {
+		ch->ws = INVALID_SOCKET;   /* still the caller's */
+		chan_free(ch);
+		return NULL;
+	}
 	pthread_mutex_lock(&wsd_chan_tab_lock);
 	ch->id = next_id++;
 	pthread_mutex_unlock(&wsd_chan_tab_lock);

@@ -91,6 +91,10 @@ bool wsd_chan_box_held(struct wsd_chan *ch, int fd, const struct wsd_sock *s);
 void wsd_chan_lost_socket(struct wsd_chan *ch);
 /* The channel broke or ended: no more requests on it. */
 bool wsd_chan_dead(const struct wsd_chan *ch);
+/* With a process of another user (shm by copy): rings mapped, no zero copy. */
+bool wsd_chan_copy(const struct wsd_chan *ch);
+/* The user of the process at the other end of SPI socket ws (shm), or -1. */
+int64_t wsd_chan_sock_uid(SOCKET ws);
 
 /* ---- slots ---- */
 

@@ -81,6 +81,12 @@ struct wsd_chan {
 	enum wsd_path path;
 	bool connector;
 	bool no_box;                 /* the listening side grants no mailbox entries (shared port) */
+	/*
+	 * shm with a process of another user (SO_WSP_PEER_UID): each side's
+	 * one segment handed over on the transport's socket at the start
+	 * (SIO_WSP_SEND_FD), no second, no RDMA (no zero copy)
+	 */
+	bool copy;
 	struct wsd_stat_addr key;
 	uint32_t id;
 	pid_t owner;                 /* the process it belongs to (fork) */

@@ -102,7 +102,9 @@ int chan_seg_add(struct wsd_chan *ch, uint32_t ring, uint32_t n)
 	if (getrandom(&g->tag, sizeof(g->tag), 0) != sizeof(g->tag))
 		g->tag = (uint32_t)(uintptr_t)g ^ (uint32_t)time(NULL);
 	memcpy(g->mem + g->len - WSD_SEG_PAGE, &g->tag, sizeof(g->tag));
-	if (wsd_spi()->lpWSPRegisterRdmaMemory(ch->ws, g->mem, (uint32_t)g->len, MEM_WRITE,
+	/* registered for the peer's RDMA writes, should it not map it; not by copy */
+	if (ch->copy ? fd < 0 :
+	    wsd_spi()->lpWSPRegisterRdmaMemory(ch->ws, g->mem, (uint32_t)g->len, MEM_WRITE,
 					       g->desc, &dlen, &err)) {
 		munmap(g->mem, g->len);
 		if (fd >= 0)
@@ -145,7 +147,8 @@ static void shuts_taken(struct wsd_chan *ch)
  */
 static bool may_grow(const struct wsd_chan *ch)
 {
-	return ch->nsegs && ch->nsegs < MAX_SEGS && !ch->grow_failed &&
+	/* (with another user the one segment went at the start: no second) */
+	return ch->nsegs && ch->nsegs < MAX_SEGS && !ch->grow_failed && !ch->copy &&
 	       !atomic_load(&ch->dead) && ch->owner == wsd_pid();
 }
 
@@ -325,6 +328,22 @@ void chan_send_mapped(struct wsd_chan *ch, uint32_t seg)
 	wsd_chan_send(ch, &m);
 }
 
+/*
+ * mu held, a channel with another user (copy): the segment the peer handed
+ * over at the start (chan.c, copy_start), taken from the transport; the
+ * checks below (size, seals, tag) are the same.  -1: none came.
+ */
+static int peer_seg_handed(struct wsd_chan *ch)
+{
+	int fd = -1, err;
+	uint32_t n = 0;
+
+	if (wsd_spi()->lpWSPIoctl(ch->ws, SIO_WSP_RECV_FD, NULL, 0, &fd, sizeof(fd), &n, NULL,
+				  NULL, NULL, &err) || n != sizeof(fd))
+		return -1;
+	return fd;
+}
+
 uint8_t *wsd_chan_peer_slot(struct wsd_chan *ch, const struct wsd_hello *h)
 {
 	struct peer_seg *p;
@@ -339,11 +358,15 @@ uint8_t *wsd_chan_peer_slot(struct wsd_chan *ch, const struct wsd_hello *h)
 		int pfd, fd = -1;
 		struct stat st;
 
-		pfd = wsd_fault("ring-pidfd", NULL) ? -1 :
-		      (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
-		if (pfd >= 0) {
-			fd = (int)syscall(SYS_pidfd_getfd, pfd, h->region_fd, 0);
-			real.close(pfd);
+		if (ch->copy) {
+			fd = h->seg == 0 ? peer_seg_handed(ch) : -1;
+		} else {
+			pfd = wsd_fault("ring-pidfd", NULL) ? -1 :
+			      (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
+			if (pfd >= 0) {
+				fd = (int)syscall(SYS_pidfd_getfd, pfd, h->region_fd, 0);
+				real.close(pfd);
+			}
 		}
 		/* only a segment its owner cannot cut short under our stores (SIGBUS) */
 		if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == h->seg_len &&

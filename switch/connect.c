@@ -237,6 +237,14 @@ static void refused_for_each(const struct wsd_stat_addr *key, const struct wsd_t
 		probe_refused(key, why);
 }
 
+/* SPI socket ws's peer process runs as a user the policy pairs with (peer-users). */
+bool peer_user_ok(SOCKET ws)
+{
+	int64_t uid = wsd_chan_sock_uid(ws);
+
+	return uid < 0 || wsd_policy_user_ok(wsd_policy_get(), (uint32_t)uid, (uint32_t)geteuid());
+}
+
 /*
  * A new channel to the registry at to (the channel's key: key): a new SPI
  * connection, HELLO (for the connection t names, or for none: its client
@@ -272,6 +280,10 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	    procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_TCP_PORT,
 				  &(int){ key->port == t->server.port ? 0 : t->server.port },
 				  sizeof(int), &err) ||
+	    /* a registry of another user too, as TCP would connect, unless the policy says not */
+	    procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_PEER_USERS,
+				  &(int){ wsd_policy_other_users(wsd_policy_get()) }, sizeof(int),
+				  &err) ||
 	    procs.lpWSPConnect(ws, (const struct sockaddr *)to, tolen, &caller, NULL, NULL,
 			       NULL, &err)) {
 		procs.lpWSPCloseSocket(ws, &err);
@@ -288,6 +300,13 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 		    (err == WSAECONNREFUSED &&
 		     (!t->client.family || probe_local(&t->server, &t->client))))
 			refused_for_each(key, t, *why);
+		return NULL;
+	}
+	/* a registry of a user the policy does not pair with: each connection would be */
+	if (!peer_user_ok(ws)) {
+		procs.lpWSPCloseSocket(ws, &err);
+		*why = R_POLICY;
+		refused_for_each(key, t, *why);
 		return NULL;
 	}
 	ch = wsd_chan_new(ws, path_of(ws), true, key);
@@ -330,6 +349,16 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 		return NULL;
 	}
 	wsd_session_peer(ss, &a);
+	/*
+	 * by copy the peer's ring is mapped or not written at all (no RDMA):
+	 * the channel goes, and the peer, which reads no proof from us, keeps
+	 * the connection on TCP
+	 */
+	if (wsd_chan_copy(ch) && !wsd_session_mapped(ss)) {
+		wsd_session_free(ss);
+		*why = R_RESOURCES;
+		return NULL;
+	}
 	wsd_session_known(ss);
 	wsd_chan_start(ch, a.pid);
 	return ss;

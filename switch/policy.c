@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,11 +75,11 @@ static bool number(const char *s, size_t len, unsigned max, unsigned *v)
 	if (!len || len > 10)
 		return false;
 	for (size_t i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		n = n * 10 + (unsigned)(s[i] - '0');
-		if (n > max)
-			return false;
+		unsigned d = (unsigned)(s[i] - '0');
+
+		if (s[i] < '0' || s[i] > '9' || n > (max - d) / 10)
+			return false;   /* (checked before it can wrap) */
+		n = n * 10 + d;
 	}
 	*v = n;
 	return true;
@@ -156,6 +157,43 @@ static bool action_word(const char *w, enum wsd_policy_action *a)
 
 #define MAX_WORDS (WSD_POLICY_LINE / 2 + 1)
 
+/*
+ * "peer-users any", "peer-users same", or "peer-users USER..." (names or
+ * numeric ids; names looked up now, in the password database).
+ */
+static int parse_users(struct wsd_policy *p, char **w, size_t n, unsigned line)
+{
+	char b[48];
+
+	if (p->users_line)
+		return fail(p, line, "a second peer-users (the first is on line %u)", p->users_line);
+	if (n < 2)
+		return fail(p, line, "peer-users: expected any, same, or users");
+	p->users_line = line;
+	if (n == 2 && (!strcmp(w[1], "any") || !strcmp(w[1], "same"))) {
+		p->users = !strcmp(w[1], "any") ? WSD_PEER_USERS_ANY : WSD_PEER_USERS_SAME;
+		return 0;
+	}
+	p->users = WSD_PEER_USERS_LIST;
+	for (size_t i = 1; i < n; i++) {
+		char pwbuf[1024];
+		struct passwd pw, *got = NULL;
+		unsigned uid;
+
+		if (!strcmp(w[i], "any") || !strcmp(w[i], "same"))
+			return fail(p, line, "peer-users: %s stands alone", w[i]);
+		if (p->nusers == WSD_POLICY_USERS)
+			return fail(p, line, "peer-users: more than %u users", WSD_POLICY_USERS);
+		if (!number(w[i], strlen(w[i]), UINT32_MAX - 1, &uid)) {
+			if (getpwnam_r(w[i], &pw, pwbuf, sizeof(pwbuf), &got) || !got)
+				return fail(p, line, "peer-users: no user \"%s\"", shown(w[i], b));
+			uid = got->pw_uid;
+		}
+		p->user[p->nusers++] = uid;
+	}
+	return 0;
+}
+
 /* One line, its end and comment cut off (s is ours to cut up). */
 static int parse_line(struct wsd_policy *p, char *s, unsigned line)
 {
@@ -168,6 +206,8 @@ static int parse_line(struct wsd_policy *p, char *s, unsigned line)
 		w[n++] = t;   /* a line of WSD_POLICY_LINE bytes has fewer words than MAX_WORDS */
 	if (!n)
 		return 0;
+	if (!strcmp(w[0], "peer-users"))
+		return parse_users(p, w, n, line);
 	if (!strcmp(w[0], "default")) {
 		if (n < 2 || !action_word(w[1], &p->def))
 			return fail(p, line, "default: expected accelerate or tcp");
@@ -410,6 +450,23 @@ enum wsd_policy_action wsd_policy_match(const struct wsd_policy *p,
 		}
 	*line = p->def_line;
 	return p->def;
+}
+
+bool wsd_policy_user_ok(const struct wsd_policy *p, uint32_t uid, uint32_t self)
+{
+	if (p->broken)
+		return false;
+	if (uid == self || p->users == WSD_PEER_USERS_ANY)
+		return true;
+	for (unsigned i = 0; p->users == WSD_PEER_USERS_LIST && i < p->nusers; i++)
+		if (p->user[i] == uid)
+			return true;
+	return false;
+}
+
+bool wsd_policy_other_users(const struct wsd_policy *p)
+{
+	return !p->broken && p->users != WSD_PEER_USERS_SAME;
 }
 
 bool wsd_policy_all_tcp(const struct wsd_policy *p)

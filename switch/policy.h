@@ -24,6 +24,7 @@
 #define WSD_POLICY_NAME  128u      /* bytes in a program pattern, its NUL included */
 #define WSD_POLICY_PATH  4096u     /* bytes in the file's name, its NUL included */
 #define WSD_POLICY_BYTES (1u << 20)   /* bytes read of a file at most */
+#define WSD_POLICY_USERS 32u       /* users a peer-users line names, in all */
 
 enum wsd_policy_action { WSD_POLICY_ACCELERATE = 0, WSD_POLICY_TCP = 1 };
 
@@ -55,6 +56,14 @@ struct wsd_policy {
 	enum wsd_policy_action def;
 	unsigned def_line;           /* the default's line; 0: none given (accelerate) */
 	bool needs_addr;             /* a rule has a local or peer selector */
+	/*
+	 * Which users' processes a connection may be paired with ("peer-users"):
+	 * any (the default), our own only, or our own and those listed.
+	 */
+	enum { WSD_PEER_USERS_ANY, WSD_PEER_USERS_SAME, WSD_PEER_USERS_LIST } users;
+	unsigned users_line;         /* the peer-users line; 0: none given */
+	unsigned nusers;
+	uint32_t user[WSD_POLICY_USERS];
 	unsigned nrules;
 	struct wsd_policy_rule rule[WSD_POLICY_RULES];
 };
@@ -95,6 +104,14 @@ int wsd_policy_read(struct wsd_policy *p);
  */
 enum wsd_policy_action wsd_policy_match(const struct wsd_policy *p,
 					const struct wsd_policy_conn *c, unsigned *line);
+
+/*
+ * May a connection be paired with a process of user uid?  Our own always
+ * (unless p is broken); another as p's peer-users line says.
+ */
+bool wsd_policy_user_ok(const struct wsd_policy *p, uint32_t uid, uint32_t self);
+/* Does p let any other user pair at all (no "peer-users same")? */
+bool wsd_policy_other_users(const struct wsd_policy *p);
 
 /* p keeps every connection on TCP: broken, or "default tcp" and no rule accelerates. */
 bool wsd_policy_all_tcp(const struct wsd_policy *p);

@@ -17,6 +17,7 @@
 
 #include "provider/engine.h"
 #include "provider/internal.h"
+#include "switch/policy.h"
 #include "switch/regpage.h"
 #include "switch/upgrade_int.h"
 
@@ -283,6 +284,11 @@ static void *acceptor(void *arg)
 				break;
 			continue;
 		}
+		/* a process of a user the policy does not pair with (peer-users) */
+		if (!peer_user_ok(ws)) {
+			refuse_port(ws, R_POLICY, WSD_REFUSE_EVERY);   /* each of its connections */
+			continue;
+		}
 		accept_handshake(ws, &a.t);
 	}
 	procs.lpWSPCloseSocket(r->ls, &err);
@@ -360,6 +366,10 @@ static bool reg_open(struct wsd_sock *s)
 	    /* connectors check that we hold this TCP listener (wsd-protocol(7)) */
 	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_TCP_LISTENER, &s->fd, sizeof(s->fd),
 				  &err) ||
+	    /* connectors of other users too, as TCP takes them (by copy), unless the policy says not */
+	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_PEER_USERS,
+				  &(int){ wsd_policy_other_users(wsd_policy_get()) }, sizeof(int),
+				  &err) ||
 	    procs.lpWSPListen(r->ls, 128, &err)) {
 		/* another process has this port's registry (SO_REUSEPORT): stay plain */
 		wsd_debug("switch: no registry for port %u (%d)", sa.port, err);
@@ -435,6 +445,9 @@ static uint16_t side_open_on(int family, uint16_t port, struct wsd_reg_page *pag
 	if (r->ls == INVALID_SOCKET ||
 	    procs.lpWSPBind(r->ls, (struct sockaddr *)&a, al, &err) ||
 	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_TCP_LISTENER, &tcp_fd, sizeof(tcp_fd),
+				  &err) ||
+	    procs.lpWSPSetSockOpt(r->ls, SOL_WSP, SO_WSP_PEER_USERS,
+				  &(int){ wsd_policy_other_users(wsd_policy_get()) }, sizeof(int),
 				  &err) ||
 	    procs.lpWSPListen(r->ls, 128, &err)) {
 		if (r->ls != INVALID_SOCKET)

@@ -315,6 +315,9 @@ int recv_msg(SOCKET *wsp, struct wsd_hello *h, int ms, const _Atomic bool *gone,
 	if (!done && err != WSA_IO_PENDING)
 		return -1;
 	if (first && send_msg(ws, first)) {
+		/* the peer answered before it read ours, and went: a refusal it owed no HELLO */
+		if (done || procs.lpWSPGetOverlappedResult(ws, &ov, &n, 0, &fl, &err))
+			return n == sizeof(*h) && h->magic == WSD_PROTO_MAGIC ? 0 : -1;
 		if (!done) {
 			procs.lpWSPCloseSocket(ws, &err);   /* aborts the request */
 			*wsp = INVALID_SOCKET;

@@ -124,6 +124,9 @@ void open_atfork_child(void);
 /* accept.c: a request an acceptor took, its HELLO awaited on a thread of its own */
 void accept_handshake(SOCKET ws, const struct wsd_tuple *t);
 
+/* connect.c: SPI socket ws's peer runs as a user the policy pairs with (peer-users) */
+bool peer_user_ok(SOCKET ws);
+
 void refuse(SOCKET ws, enum wsd_reason why);
 void refuse_port(SOCKET ws, enum wsd_reason why, uint16_t port);
 void decline(struct wsd_chan *ch, uint64_t req, enum wsd_reason why);

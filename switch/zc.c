@@ -194,7 +194,7 @@ void zc_linger(struct wsd_sock *s)
 /* A blocking send of len bytes whose cost zc_split_learn keeps: large, on shm. */
 bool zc_split_timed(const struct wsd_session *ss, size_t len)
 {
-	return ss->peer_map && len >= SPLIT_MIN && len <= WIRE_ZC_MAX;
+	return ss->peer_map && len >= SPLIT_MIN && len <= WIRE_ZC_MAX && !wsd_chan_copy(ss->ch);
 }
 
 /*
@@ -305,7 +305,8 @@ ssize_t send_posted(struct wsd_sock *s, struct cursor *c, bool split)
 	WSABUFEX b;
 	int err, r;
 
-	if (gen <= ss->post_answered || c->i >= c->n)
+	/* (by copy we take no offer: our records reach it first, and it goes) */
+	if (gen <= ss->post_answered || c->i >= c->n || wsd_chan_copy(ss->ch))
 		return 0;
 	memcpy(&p, (const void *)&ss->ctl->post, sizeof(p));
 	if (p.gen != gen || ctl_get(ss, CW_POST) != gen)
@@ -414,6 +415,9 @@ uint32_t zc_threshold(struct wsd_session *ss, bool as_receiver)
 {
 	const struct wsd_switch_params *p = wsd_switch_params();
 
+	/* another user's memory is not ours, nor ours its (by copy): none at all */
+	if (wsd_chan_copy(ss->ch))
+		return UINT32_MAX;
 	if (p->zcopy_by_path && (as_receiver ? ctl_get(ss, CW_MAPPED) == 1 : ss->peer_map != NULL))
 		return as_receiver ? 4 * SHM_OFFER_MIN : UINT32_MAX;
 	return p->zcopy_threshold;
@@ -431,7 +435,7 @@ bool may_post(struct wsd_sock *s, const struct cursor *c, int flags)
 	struct wsd_session *ss = s->sess;
 
 	if ((flags & MSG_PEEK) || !ss || s->rx_mode != DIR_RING || s->rx_back || s->pre ||
-	    ss->post_active || c->i >= c->n ||
+	    ss->post_active || c->i >= c->n || wsd_chan_copy(ss->ch) ||
 	    c->iov[c->i].iov_len - c->off < zc_threshold(ss, true) / 4)
 		return false;
 	if (!wsd_switch_params()->zcopy_by_path || ctl_get(ss, CW_MAPPED) != 1 ||

@@ -584,6 +584,41 @@ START_TEST(files)
 }
 END_TEST
 
+/* peer-users: any (the default), same, a list by name or id; our own user always. */
+START_TEST(peer_users)
+{
+	ck_assert_int_eq(parse("tcp program x\n"), 0);
+	ck_assert(wsd_policy_other_users(pol));
+	ck_assert(wsd_policy_user_ok(pol, 65534, 0));
+	ck_assert_int_eq(parse("peer-users any\n"), 0);
+	ck_assert_uint_eq(pol->users_line, 1);
+	ck_assert(wsd_policy_user_ok(pol, 12345, 0));
+	ck_assert_int_eq(parse("# one user\npeer-users same\n"), 0);
+	ck_assert_uint_eq(pol->users_line, 2);
+	ck_assert(!wsd_policy_other_users(pol));
+	ck_assert(wsd_policy_user_ok(pol, 1000, 1000));
+	ck_assert(!wsd_policy_user_ok(pol, 65534, 1000));
+	ck_assert_int_eq(parse("peer-users root 65534 4294967294\n"), 0);
+	ck_assert(wsd_policy_other_users(pol));
+	ck_assert_uint_eq(pol->nusers, 3);
+	ck_assert(wsd_policy_user_ok(pol, 0, 1000));
+	ck_assert(wsd_policy_user_ok(pol, 65534, 1000));
+	ck_assert(wsd_policy_user_ok(pol, 4294967294u, 1000));
+	ck_assert(wsd_policy_user_ok(pol, 1000, 1000));
+	ck_assert(!wsd_policy_user_ok(pol, 33, 1000));
+	BAD("peer-users\n", 1, "expected any, same, or users");
+	BAD("peer-users same\npeer-users any\n", 2, "first is on line 1");
+	BAD("peer-users root same\n", 1, "same stands alone");
+	BAD("peer-users no-such-user-here\n", 1, "no user \"no-such-user-here\"");
+	/* 10 digits past 2^32: not a number (it wrapped once), then no such user */
+	BAD("peer-users 9999999999\n", 1, "no user");
+	BAD("peer-users 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 "
+	    "26 27 28 29 30 31 32\n", 1, "more than 32 users");
+	/* a broken file pairs with nobody */
+	ck_assert(!wsd_policy_user_ok(pol, 0, 0));
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	TCase *tc = t_case("policy", argc, argv);
@@ -599,5 +634,6 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, programs);
 	tcase_add_test(tc, limits);
 	tcase_add_test(tc, files);
+	tcase_add_test(tc, peer_users);
 	return t_run("policy", tc);
 }

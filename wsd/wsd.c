@@ -54,6 +54,16 @@ static void print_policy(void)
 		printf("  line %-4u default %s\n", pol.def_line, wsd_policy_action_name(pol.def));
 	else
 		printf("  default   %s (no default line)\n", wsd_policy_action_name(pol.def));
+	if (pol.users_line) {
+		printf("  line %-4u peer-users", pol.users_line);
+		if (pol.users != WSD_PEER_USERS_LIST)
+			printf(" %s", pol.users == WSD_PEER_USERS_ANY ? "any" : "same");
+		for (unsigned i = 0; i < pol.nusers; i++)
+			printf(" %u", pol.user[i]);
+		printf("\n");
+	} else {
+		printf("  peer-users any (no peer-users line)\n");
+	}
 }
 
 static int cmd_info(void)

@@ -3,8 +3,9 @@
 # 8 processes, 20 silent connections each to its registry, made again as
 # they are closed) keep no honest wsd client on TCP, and what the registry
 # turned away is counted by reason in the server's wsd stat:
-#  other-user  the flooders run as uid 65534: each turned away on its uid
-#              at once, counted access.
+#  other-user  the flooders run as uid 65534, which a registry takes (by
+#              copy, without the proof): as the same user's, below,
+#              counted peer-limit.
 #  same-user   the flooders run as the server's user (root, without any
 #              capability, so without the right to read the server): each
 #              process keeps at most its share of the slots, a newcomer
@@ -69,7 +70,7 @@ more() {
 
 start_server
 case_run other-user "$nobody"
-more other-user access 100
+more other-user peer-limit 100
 case_run same-user "$nocaps"
 more same-user peer-limit 100
 more same-user timeout 10

@@ -8,7 +8,8 @@
  *   fanout serve PORTFILE SEED CONNS
  *       listens on 127.0.0.1, writes its port, takes CONNS connections;
  *       each starts with its id and length (two 32-bit words, the length
- *       in MiB), then carries that many bytes each way
+ *       in MiB), then carries that many bytes each way; closes its
+ *       listener once it has them all (FANOUT_LISTEN_ON=1: at its end)
  *   fanout connect PORT SEED CONNS ID0 MIB
  *       makes CONNS connections with ids ID0, ID0 + 1, ...; prints
  *       "upgraded" once wsd_switch_path() says shm for all (under wsd run)
@@ -268,7 +269,13 @@ static int serve(const char *portfile, uint64_t seed, int n)
 		cs[i].seed_tx = seed ^ cs[i].id;
 		cs[i].seed_rx = seed ^ cs[i].id ^ 0x5555;
 	}
-	close(ls);
+	/*
+	 * FANOUT_LISTEN_ON=1: the listener stays open until the streams end,
+	 * as a server's that goes on serving (across users, a connection
+	 * whose listener closed before it upgraded stays on TCP)
+	 */
+	if (!getenv("FANOUT_LISTEN_ON"))
+		close(ls);
 	printf("accepted %d\n", n);
 	fflush(stdout);
 	return t && start_all(cs, n, t) ? join_all(cs, n, t) : 2;
