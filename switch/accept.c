@@ -533,6 +533,11 @@ static void take_hello(SOCKET ws, const struct wsd_tuple *t, uint32_t peer)
 		refuse(ws, R_PROTOCOL);
 		return;
 	}
+	/* a process of a user the policy does not pair with (peer-users): each connection */
+	if (!peer_user_ok(ws)) {
+		refuse_port(ws, R_POLICY, WSD_REFUSE_EVERY);
+		return;
+	}
 	if (!t->client.family) {
 		take_channel(ws, &h, t->server.port);
 		return;

@@ -284,11 +284,6 @@ static void *acceptor(void *arg)
 				break;
 			continue;
 		}
-		/* a process of a user the policy does not pair with (peer-users) */
-		if (!peer_user_ok(ws)) {
-			refuse_port(ws, R_POLICY, WSD_REFUSE_EVERY);   /* each of its connections */
-			continue;
-		}
 		accept_handshake(ws, &a.t);
 	}
 	procs.lpWSPCloseSocket(r->ls, &err);
