@@ -292,7 +292,7 @@ static void *acceptor(void *arg)
 }
 
 /* s listens: a registry for its port, made or taken; false if none. */
-static bool reg_open(struct wsd_sock *s)
+static bool reg_open(struct wsd_sock *s, bool alt_ok)
 {
 	struct sockaddr_storage a;
 	socklen_t al = sizeof(a);
@@ -380,6 +380,18 @@ static bool reg_open(struct wsd_sock *s)
 
 		if (!procs.lpWSPGetSockOpt(r->ls, SOL_WSP, SO_WSP_NAME_TAKEN, &taken, &tl, &err) &&
 		    taken >= 0) {
+			/*
+			 * a fork child's parent of another user holds it (a root
+			 * master, its workers www-data): as a parent of ours would,
+			 * it sends our connections' peers on to a registry of our
+			 * own (wsd_upgrade_relisten), which an alternate name for
+			 * the port would only hide from them
+			 */
+			if (!alt_ok) {
+				procs.lpWSPCloseSocket(r->ls, &err);
+				reg_free(r);
+				goto out;
+			}
 			wsd_debug("switch: port %u's registry name is uid %d's: an alternate taken",
 				  sa.port, taken);
 			wsd_stat_reg_taken(sa.port, (uint32_t)taken);
@@ -401,7 +413,7 @@ out:
 
 void wsd_upgrade_listen(struct wsd_sock *s)
 {
-	(void)reg_open(s);
+	(void)reg_open(s, true);
 }
 
 /*
@@ -638,7 +650,7 @@ void wsd_upgrade_relisten(struct wsd_sock *l)
 	 * server that forks its workers): a registry of our own beside it,
 	 * once, and the name asked for again later.
 	 */
-	for (int ms = 1; !reg_open(l); ms *= 2) {
+	for (int ms = 1; !reg_open(l, getppid() != fork_parent); ms *= 2) {
 		if (getppid() == fork_parent) {
 			uint16_t side = !l->side_port && l->reg_page ? side_open(l) : 0;
 

@@ -26,7 +26,8 @@
  * to the parent, one at a time: 1,000 clients of nginx took 3.5 s to
  * upgrade).
  *
- * Every byte is checked at both ends, plain and under wsd run.
+ * Every byte is checked at both ends, plain and under wsd run; with
+ * FORKSRV_CHILD_UID the children serve as another user (child_user).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -47,10 +48,25 @@
  * checked), calls.  ready (or -1): told once the process `starter`, which
  * forked us, is gone and we are in accept.
  */
+/*
+ * FORKSRV_CHILD_UID=N (run as root): the children that accept serve as
+ * user N, as nginx's workers run as www-data under a root master; their
+ * connections then join two users (libwsd(7), "Across users").
+ */
+static void child_user(void)
+{
+	const char *u = getenv("FORKSRV_CHILD_UID");
+
+	if (u && *u)
+		CHECK(setgid((gid_t)atoi(u)) == 0 && setuid((uid_t)atoi(u)) == 0,
+		      "cannot become uid %s", u);
+}
+
 static void serve_one(int lfd, bool accelerated, int ready, pid_t starter)
 {
 	int fd;
 
+	child_user();
 	if (ready >= 0) {
 		/* a daemon's server starts once the process that listened is gone */
 		while (getppid() == starter)
@@ -211,6 +227,7 @@ static void prefork_many_case(void)
 	say("-- a child of the listener's process holds %d connections", MANY);
 	child = MUST(fork());
 	if (!child) {
+		child_user();
 		/* all accepted first, in the order they were made, then served */
 		for (int i = 0; i < MANY; i++)
 			fd[i] = t_accept(lfd);

@@ -12,8 +12,11 @@
 # and then the server cannot map (WSD_FAULT=ring-mmap, once): by copy
 # there is no RDMA to write it by, so that connection must stay on TCP
 # (reason resources at the side that could not), never be reset, and the
-# streams arrive whole.  Needs root to run a second uid (nobody), and a
-# build tree that user can read; exits 77 otherwise.
+# streams arrive whole.  And servers that fork their workers as another
+# user (nginx's root master and www-data workers): tests/sock/forksrv.pair
+# with its children as nobody, every connection on shm.  Needs root to run
+# a second uid (nobody), and a build tree that user can read; exits 77
+# otherwise.
 set -u
 b=${top_builddir:-.}
 wsd=$b/wsd/wsd
@@ -118,4 +121,7 @@ else
 	echo "FAIL: no $flib (make check builds it)"
 	exit 1
 fi
+FORKSRV_CHILD_UID=$other sh "${srcdir:-.}/tests/sock/run_pair.sh" "$b/tests/sock/forksrv.pair" \
+	>"$tmp/forksrv.out" 2>&1 || { tail -n 20 "$tmp/forksrv.out"; fail "forksrv with workers as uid $other"; }
+echo "forksrv, its workers as uid $other: every connection on shm, every byte checked"
 echo "PASS: pairing across users, and the policy's word on it"
