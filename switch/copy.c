@@ -8,9 +8,11 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +20,88 @@
 #include "switch/switch.h"
 
 #define COPY_CHUNK 65536
+#define PIPE_PAGE 4096          /* a pipe's slot holds a page: at least this */
+/* the most one piece moves: the largest pipe an unprivileged program may make */
+#define COPY_MAX (1u << 20)
+
+/*
+ * Each thread keeps its buffer between calls: a proxy moves every piece
+ * through it, and memory taken afresh for each would be faulted in afresh.
+ * Unmapped when the thread ends.
+ */
+#define SMALL_BUF (COPY_CHUNK + 4096)
+#define BIG_BUF COPY_MAX
+
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+static bool buf_key_made;
+
+struct copy_buf {
+	char *data;
+	size_t size;
+};
+
+static void buf_free(void *p)
+{
+	struct copy_buf *b = p;
+
+	munmap(b->data, b->size);
+	free(b);
+}
+
+static void buf_key_make(void)
+{
+	buf_key_made = !pthread_key_create(&buf_key, buf_free);
+}
+
+/* A buffer of size bytes, within the program's address-space reserve. */
+static char *map_buf(size_t size)
+{
+	char *p;
+
+	if (!wsd_guard_room(0, size))
+		return NULL;
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/*
+ * Room for *len bytes (at most COPY_MAX) in this thread's buffer, grown at
+ * most once; when memory is short, what there is, or the caller's small
+ * one, *len cut to fit: the copy then goes in smaller pieces rather than
+ * fail.
+ */
+static void *copy_buf(size_t *len, char *small, size_t small_len)
+{
+	size_t size;
+	struct copy_buf *b;
+	char *data;
+
+	if (*len > COPY_MAX)
+		*len = COPY_MAX;
+	size = *len <= SMALL_BUF ? SMALL_BUF : BIG_BUF;
+	if (*len > small_len && !pthread_once(&buf_once, buf_key_make) && buf_key_made) {
+		b = pthread_getspecific(buf_key);
+		if (!b && (b = calloc(1, sizeof(*b))) && pthread_setspecific(buf_key, b)) {
+			free(b);
+			b = NULL;
+		}
+		if (b && b->size < *len && (data = map_buf(size))) {
+			if (b->data)
+				munmap(b->data, b->size);
+			b->data = data;
+			b->size = size;
+		}
+		if (b && b->size >= small_len) {
+			if (*len > b->size)
+				*len = b->size;
+			return b->data;
+		}
+	}
+	if (*len > small_len)
+		*len = small_len;
+	return small;
+}
 
 /*
  * Send all of buf on a blocking socket (the kernel's sendfile takes it all
@@ -61,7 +145,7 @@ static ssize_t file_to_sock(struct wsd_sock *s, int in, off_t *off, size_t count
 	off_t pos;
 	ssize_t got, r = 0;
 	size_t total = 0, sent;
-	char *buf;
+	char small[PIPE_PAGE];
 
 	if (fstat(in, &st))
 		return -errno;
@@ -74,10 +158,10 @@ static ssize_t file_to_sock(struct wsd_sock *s, int in, off_t *off, size_t count
 	pos = off ? *off : lseek(in, 0, SEEK_CUR);
 	if (pos < 0)
 		return -errno;
-	if (!(buf = malloc(COPY_CHUNK)))
-		return -ENOMEM;
 	while (total < count) {
-		size_t want = count - total < COPY_CHUNK ? count - total : COPY_CHUNK;
+		/* a non-blocking socket may take little: read no more than it likely takes */
+		size_t want = s->nonblock && count - total > COPY_CHUNK ? COPY_CHUNK : count - total;
+		char *buf = copy_buf(&want, small, sizeof(small));
 
 		got = pread(in, buf, want, pos);
 		if (got < 0) {
@@ -106,7 +190,6 @@ static ssize_t file_to_sock(struct wsd_sock *s, int in, off_t *off, size_t count
 		*off = pos;
 	else
 		lseek(in, pos, SEEK_SET);
-	free(buf);
 	return total ? (ssize_t)total : r;
 }
 
@@ -142,8 +225,6 @@ EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t count)
  * the pipe (EAGAIN at once when the pipe or the call is non-blocking),
  * then for data as the socket's own O_NONBLOCK says, and returns what fit.
  */
-#define PIPE_PAGE 4096
-
 static ssize_t sock_to_pipe(struct wsd_sock *s, int out, size_t len, unsigned int flags)
 {
 	int pfl = real.fcntl(out, F_GETFL), rflags = 0;
@@ -205,54 +286,57 @@ static ssize_t sock_to_pipe(struct wsd_sock *s, int out, size_t len, unsigned in
 /*
  * pipe -> socket.  A blocking socket takes all that is read from the pipe.
  * A non-blocking one may take less, or nothing: the pipe's bytes are
- * copied first (tee into a pipe of our own, which consumes nothing), sent,
- * and exactly what went is then read from the pipe.
+ * copied first (tee into a pipe of our own, which consumes nothing; at
+ * most what its default size holds), sent, and exactly what went is then
+ * read from the pipe.
  */
+static ssize_t pipe_to_nb_sock(struct wsd_sock *s, int in, int tp[2], size_t len)
+{
+	struct pollfd p = { .fd = in, .events = POLLIN };
+	char small[PIPE_PAGE];
+	struct iovec v = { .iov_len = len < COPY_CHUNK ? len : COPY_CHUNK };
+	ssize_t r, got;
+
+	v.iov_base = copy_buf(&v.iov_len, small, sizeof(small));
+	/* wait for data (or the end) as the kernel would, then copy it */
+	while ((r = tee(in, tp[1], v.iov_len, SPLICE_F_NONBLOCK)) < 0 && errno == EAGAIN &&
+	       real.poll(&p, 1, -1) >= 0)
+		;
+	got = r > 0 ? real.read(tp[0], v.iov_base, (size_t)r) : r;
+	if (got <= 0)
+		return got < 0 ? -errno : 0;
+	v.iov_len = (size_t)got;
+	r = wsd_sock_send(s, &v, 1, 0);
+	if (r > 0 && real.read(in, v.iov_base, (size_t)r) != r)
+		r = -EIO;    /* another reader took them meanwhile */
+	return r;
+}
+
 static ssize_t pipe_to_sock(struct wsd_sock *s, int in, size_t len, unsigned int flags)
 {
-	size_t want = len < COPY_CHUNK ? len : COPY_CHUNK, sent = 0;
 	struct pollfd p = { .fd = in, .events = POLLIN };
-	int tp[2] = { -1, -1 }, pfl = real.fcntl(in, F_GETFL);
+	int tp[2], pfl = real.fcntl(in, F_GETFL);
+	char small[PIPE_PAGE];
+	size_t sent = 0;
 	ssize_t r, got;
-	char *buf;
+	void *buf;
 
 	/* an empty pipe: no wait when it or the call is non-blocking */
 	if (((flags & SPLICE_F_NONBLOCK) || (pfl >= 0 && (pfl & O_NONBLOCK))) &&
 	    real.poll(&p, 1, 0) == 0)
 		return -EAGAIN;
-	if (!(buf = malloc(want)))
-		return -ENOMEM;
 	if (s->nonblock && pipe2(tp, O_CLOEXEC) == 0) {
-		/* wait for data (or the end) as the kernel would, then copy it */
-		while ((r = tee(in, tp[1], want, SPLICE_F_NONBLOCK)) < 0 && errno == EAGAIN &&
-		       real.poll(&p, 1, -1) >= 0)
-			;
-		got = r > 0 ? real.read(tp[0], buf, (size_t)r) : r;
+		r = pipe_to_nb_sock(s, in, tp, len);
 		real.close(tp[0]);
 		real.close(tp[1]);
-		if (got <= 0) {
-			free(buf);
-			return got < 0 ? -errno : 0;
-		}
-		{
-			struct iovec v = { buf, (size_t)got };
-
-			r = wsd_sock_send(s, &v, 1, 0);
-		}
-		if (r > 0 && real.read(in, buf, (size_t)r) != r)
-			r = -EIO;    /* another reader took them meanwhile */
-		free(buf);
 		return r;
 	}
-	got = real.read(in, buf, want);
-	if (got > 0) {
-		r = send_all(s, buf, (size_t)got, &sent, true);
-		r = sent ? (ssize_t)sent : r;
-	} else {
-		r = got < 0 ? -errno : 0;
-	}
-	free(buf);
-	return r;
+	buf = copy_buf(&len, small, sizeof(small));
+	got = real.read(in, buf, len);
+	if (got <= 0)
+		return got < 0 ? -errno : 0;
+	r = send_all(s, buf, (size_t)got, &sent, true);
+	return sent ? (ssize_t)sent : r;
 }
 
 EXPORT ssize_t splice(int in, off_t *off_in, int out, off_t *off_out, size_t len,
