@@ -216,28 +216,45 @@ EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t count)
 }
 
 /*
- * socket -> pipe.  The pipe may have fewer free slots than free bytes, so
- * how much it takes is known only once written, and bytes taken from the
- * socket cannot be put back.  But a pipe that polls writable has a free
- * slot, and a write of at most a page into a free slot always goes in
- * whole: so the bytes move a page at a time, each only once the pipe says
- * it has room for it.  As in the kernel, the call first waits for room in
- * the pipe (EAGAIN at once when the pipe or the call is non-blocking),
- * then for data as the socket's own O_NONBLOCK says, and returns what fit.
+ * Bytes a write into out takes without waiting, at least: its free slots
+ * (F_GETPIPE_SZ counts its slots in pages) times a page, or the one page
+ * a pipe that polls writable takes.
+ */
+static size_t pipe_room(int out)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), slots, used;
+	int size = real.fcntl(out, F_GETPIPE_SZ), queued;
+
+	if (size <= 0 || real.ioctl(out, FIONREAD, &queued) < 0 || queued < 0)
+		return PIPE_PAGE;
+	slots = (size_t)size / page;
+	used = (size_t)queued < slots ? (size_t)queued : slots;
+	return slots - used > 1 ? (slots - used) * page : PIPE_PAGE;
+}
+
+/*
+ * socket -> pipe.  Bytes taken from the socket cannot be put back, so each
+ * piece is no larger than the pipe surely holds: its free slots, of a page
+ * each, are at least its slots less one for every byte it holds (a pipe
+ * that polls writable has one), and a write into that many free slots goes
+ * in whole.  As in the kernel, the call first waits for room in the pipe
+ * (EAGAIN at once when the pipe or the call is non-blocking), then for
+ * data as the socket's own O_NONBLOCK says, and returns what fit.
  */
 static ssize_t sock_to_pipe(struct wsd_sock *s, int out, size_t len, unsigned int flags)
 {
 	int pfl = real.fcntl(out, F_GETFL), rflags = 0;
 	bool nb = (flags & SPLICE_F_NONBLOCK) || (pfl >= 0 && (pfl & O_NONBLOCK));
-	char buf[PIPE_PAGE];
+	char small[PIPE_PAGE];
 	size_t done = 0;
 	ssize_t r = 0;
 
 	while (done < len) {
 		struct pollfd p = { .fd = out, .events = POLLOUT };
 		struct msghdr m = { 0 };
-		struct iovec v = { buf, len - done < PIPE_PAGE ? len - done : PIPE_PAGE };
+		struct iovec v;
 		ssize_t w = 0, k;
+		size_t room;
 		int e;
 
 		e = real.poll(&p, 1, nb || done ? 0 : -1);
@@ -256,13 +273,16 @@ static ssize_t sock_to_pipe(struct wsd_sock *s, int out, size_t len, unsigned in
 			r = -EAGAIN;
 			break;
 		}
+		room = pipe_room(out);
+		v.iov_len = len - done < room ? len - done : room;
+		v.iov_base = copy_buf(&v.iov_len, small, sizeof(small));
 		m.msg_iov = &v;
 		m.msg_iovlen = 1;
 		r = wsd_io_recv(s, &m, rflags);
 		if (r <= 0)
 			break;
 		/* a writer of its own may have filled the pipe since: then wait for room */
-		while (w < r && ((k = real.write(out, buf + w, (size_t)(r - w))) > 0 ||
+		while (w < r && ((k = real.write(out, (char *)v.iov_base + w, (size_t)(r - w))) > 0 ||
 				 (k < 0 && (errno == EAGAIN || errno == EINTR)))) {
 			if (k > 0) {
 				w += k;
@@ -278,6 +298,9 @@ static ssize_t sock_to_pipe(struct wsd_sock *s, int out, size_t len, unsigned in
 			break;
 		}
 		done += (size_t)w;
+		/* less than asked: the socket ran dry, and the rest would be what came since */
+		if ((size_t)r < v.iov_len)
+			break;
 		rflags = MSG_DONTWAIT;   /* the rest is what is there now */
 	}
 	return done ? (ssize_t)done : r;
