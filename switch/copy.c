@@ -128,17 +128,27 @@ static void *copy_buf(size_t *len, size_t at, char *small, size_t small_len)
 
 /*
  * Send all of buf on a blocking socket (the kernel's sendfile takes it all
- * too).  EAGAIN (SO_SNDTIMEO ran out) ends it with what went, unless the
- * bytes were already taken from their source (must): then it waits on.
- * No MSG_NOSIGNAL: the kernel's sendfile and splice raise SIGPIPE too.
+ * too).  First without waiting: a blocking send may hand the bytes over by
+ * zero copy and return only once the receiver has read them all, where the
+ * kernel's splice and sendfile return once they are queued; what does not
+ * fit then waits for room.  EAGAIN after that (SO_SNDTIMEO ran out) ends
+ * it with what went, unless the bytes were already taken from their source
+ * (must): then it waits on.  No MSG_NOSIGNAL: the kernel's sendfile and
+ * splice raise SIGPIPE too.
  */
 static ssize_t send_all(struct wsd_sock *s, const char *buf, size_t len, size_t *sent, bool must)
 {
+	int flags = MSG_DONTWAIT;
+
 	*sent = 0;
 	while (*sent < len) {
 		struct iovec v = { (char *)buf + *sent, len - *sent };
-		ssize_t r = wsd_sock_send(s, &v, 1, 0);
+		ssize_t r = wsd_sock_send(s, &v, 1, flags);
 
+		if (r == -EAGAIN && flags) {
+			flags = 0;
+			continue;
+		}
 		if (r == -EAGAIN && must) {
 			struct pollfd p = { .fd = s->fd, .events = POLLOUT };
 
