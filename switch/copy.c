@@ -50,6 +50,11 @@
 static pthread_key_t buf_key;
 static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
 static bool buf_key_made;
+/*
+ * This thread's calls under way: a signal handler's call inside another
+ * must not use the buffer that one's bytes are in (it gets the small one).
+ */
+static __thread volatile sig_atomic_t calls;
 
 struct copy_buf {
 	char *data;
@@ -60,7 +65,8 @@ static void buf_free(void *p)
 {
 	struct copy_buf *b = p;
 
-	munmap(b->data, b->size);
+	if (b->data)
+		munmap(b->data, b->size);
 	free(b);
 }
 
@@ -103,7 +109,8 @@ static void *copy_buf(size_t *len, size_t at, char *small, size_t small_len)
 	if (*len > COPY_MAX)
 		*len = COPY_MAX;
 	size = at + *len <= SMALL_BUF ? SMALL_BUF : BIG_BUF;
-	if (*len > small_len && !pthread_once(&buf_once, buf_key_make) && buf_key_made) {
+	if (*len > small_len && calls == 1 && !pthread_once(&buf_once, buf_key_make) &&
+	    buf_key_made) {
 		b = pthread_getspecific(buf_key);
 		if (!b && (b = calloc(1, sizeof(*b))) && pthread_setspecific(buf_key, b)) {
 			free(b);
@@ -233,7 +240,9 @@ EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
 
 	if (!s)
 		return real.sendfile(out, in, off, count);
+	calls++;
 	r = file_to_sock(s, in, off, count);
+	calls--;
 	wsd_sock_put(s);
 	return wsd_ret(r);
 }
@@ -404,6 +413,7 @@ EXPORT ssize_t splice(int in, off_t *off_in, int out, off_t *off_out, size_t len
 
 	if (!si && !so)
 		return real.splice(in, off_in, out, off_out, len, flags);
+	calls++;
 	if ((si && off_in) || (so && off_out))
 		r = -ESPIPE;
 	else if (fstat(si ? out : in, &st))
@@ -414,6 +424,7 @@ EXPORT ssize_t splice(int in, off_t *off_in, int out, off_t *off_out, size_t len
 		r = 0;
 	else
 		r = si ? sock_to_pipe(si, out, len, flags) : pipe_to_sock(so, in, len, flags);
+	calls--;
 	if (si)
 		wsd_sock_put(si);
 	if (so)
