@@ -175,6 +175,7 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	ch->ring = wsd_switch_params()->ring_size;
 	if (!ch->ring)
 		ch->ring = path == PATH_SHM ? SHM_RING : VERBS_RING;
+	atomic_flag_clear(&ch->seg_handed);
 	ch->copy = path == PATH_SHM && wsd_chan_sock_uid(ws) >= 0 &&
 		   wsd_chan_sock_uid(ws) != (int64_t)geteuid();
 	if (chan_seg_add(ch, ch->ring, path == PATH_SHM ? SHM_SLOTS : VERBS_SLOTS)) {

@@ -87,6 +87,7 @@ struct wsd_chan {
 	 * (SIO_WSP_SEND_FD), no second, no RDMA (no zero copy)
 	 */
 	bool copy;
+	atomic_flag seg_handed;      /* copy: the peer's segment taken from the provider */
 	struct wsd_stat_addr key;
 	uint32_t id;
 	pid_t owner;                 /* the process it belongs to (fork) */

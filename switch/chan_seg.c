@@ -329,9 +329,10 @@ void chan_send_mapped(struct wsd_chan *ch, uint32_t seg)
 }
 
 /*
- * mu held, a channel with another user (copy): the segment the peer handed
- * over at the start (chan.c, copy_start), taken from the transport; the
- * checks below (size, seals, tag) are the same.  -1: none came.
+ * A channel with another user (copy): the segment the peer handed over at
+ * the start (chan.c, copy_start), taken from the transport, by one thread
+ * once, before mu (no call into the provider under it); the checks below
+ * (size, seals, tag) are the same.  -1: none came, or taken already.
  */
 static int peer_seg_handed(struct wsd_chan *ch)
 {
@@ -349,17 +350,23 @@ uint8_t *wsd_chan_peer_slot(struct wsd_chan *ch, const struct wsd_hello *h)
 	struct peer_seg *p;
 	uint8_t *m = MAP_FAILED, *slot = NULL;
 	bool told = false;
+	int handed = -1;
 
 	if (ch->path != PATH_SHM || h->seg >= MAX_SEGS)
 		return NULL;
+	if (ch->copy && h->seg == 0 && !atomic_flag_test_and_set(&ch->seg_handed))
+		handed = peer_seg_handed(ch);
 	pthread_mutex_lock(&ch->mu);
 	p = &ch->peers[h->seg];
-	if (!p->map && !p->failed && h->pid && h->region_fd >= 0) {
+	/* (by copy, a thread that finds it taken by another and not mapped yet maps nothing) */
+	if (!p->map && !p->failed && h->pid && h->region_fd >= 0 &&
+	    (!ch->copy || handed >= 0 || h->seg != 0)) {
 		int pfd, fd = -1;
 		struct stat st;
 
 		if (ch->copy) {
-			fd = h->seg == 0 ? peer_seg_handed(ch) : -1;
+			fd = handed;   /* (a segment past the first: none, failed) */
+			handed = -1;
 		} else {
 			pfd = wsd_fault("ring-pidfd", NULL) ? -1 :
 			      (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
@@ -396,6 +403,8 @@ uint8_t *wsd_chan_peer_slot(struct wsd_chan *ch, const struct wsd_hello *h)
 	}
 	if (p->map && p->tag == h->seg_tag && p->len == h->seg_len)
 		slot = p->map + h->slot_off;
+	if (handed >= 0)
+		real.close(handed);   /* mapped or failed meanwhile: not ours to use */
 	/* the handshake's two messages come first: MAPPED waits for wsd_chan_start */
 	if (told && !ch->reading) {
 		p->tell = true;
