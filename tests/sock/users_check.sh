@@ -122,6 +122,11 @@ else
 	exit 1
 fi
 FORKSRV_CHILD_UID=$other sh "${srcdir:-.}/tests/sock/run_pair.sh" "$b/tests/sock/forksrv.pair" \
-	>"$tmp/forksrv.out" 2>&1 || { tail -n 20 "$tmp/forksrv.out"; fail "forksrv with workers as uid $other"; }
-echo "forksrv, its workers as uid $other: every connection on shm, every byte checked"
+	>"$tmp/forksrv.out" 2>&1
+case $? in
+0) echo "forksrv, its workers as uid $other: every connection on shm, every byte checked" ;;
+77) # (the sanitizer build: its allocator is not fork-safe; the plain build runs it)
+   echo "forksrv skipped here: $(grep '^SKIP' "$tmp/forksrv.out")" ;;
+*) tail -n 20 "$tmp/forksrv.out"; fail "forksrv with workers as uid $other" ;;
+esac
 echo "PASS: pairing across users, and the policy's word on it"
