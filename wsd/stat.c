@@ -46,8 +46,11 @@ static const char *const wait_keys[WSD_STAT_WAIT_N] = {
 	[WSD_WAIT_DATA_GEN] = "data_arm", [WSD_WAIT_PEER_SPACE_ARM] = "peer_space_arm",
 	[WSD_WAIT_RUNG_SPACE] = "rung_space", [WSD_WAIT_BELLS_TX] = "bells_tx",
 	[WSD_WAIT_BELLS_RX] = "bells_rx", [WSD_WAIT_BELLS_ANN] = "bells_announced",
-	[WSD_WAIT_CLOSED] = "peer_closed",
+	[WSD_WAIT_CLOSED] = "peer_closed", [WSD_WAIT_ARM_BELLS] = "arm_bells",
+	[WSD_WAIT_BELLS_UNSENT] = "bells_unsent", [WSD_WAIT_BELL_ERRNO] = "bell_errno",
 };
+/* every wait value a key: a new one without a name printed "(null)" */
+_Static_assert(WSD_WAIT_BELL_ERRNO + 1 == WSD_STAT_WAIT_N, "wait_keys names each wait value");
 #define HDR_LEN offsetof(struct wsd_stat_file, slots)
 
 static const char *const path_names[] = {
