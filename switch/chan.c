@@ -176,8 +176,11 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	if (!ch->ring)
 		ch->ring = path == PATH_SHM ? SHM_RING : VERBS_RING;
 	atomic_flag_clear(&ch->seg_handed);
-	ch->copy = path == PATH_SHM && wsd_chan_sock_uid(ws) >= 0 &&
-		   wsd_chan_sock_uid(ws) != (int64_t)geteuid();
+	if (path == PATH_SHM) {
+		int64_t uid = wsd_chan_sock_uid(ws);
+
+		ch->copy = uid >= 0 && uid != (int64_t)geteuid();
+	}
 	if (chan_seg_add(ch, ch->ring, path == PATH_SHM ? SHM_SLOTS : VERBS_SLOTS)) {
 		ch->ws = INVALID_SOCKET;   /* still the caller's */
 		chan_free(ch);

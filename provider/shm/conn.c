@@ -390,6 +390,29 @@ static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
 }
 
 /*
+ * alt[0..n) in turn, each checked as the usual name is: ND_SUCCESS at the
+ * first that passes, else the status of the first that someone listened
+ * on (ND_NOT_SUPPORTED: nobody did, or none was tried).
+ */
+static nd_status try_alts(struct nd_ep *ep, struct shm_conn *c, const struct sockaddr_un *alt,
+			  const socklen_t *altlen, int n, const struct shm_owner *check,
+			  int64_t deadline)
+{
+	nd_status first = ND_NOT_SUPPORTED;
+
+	for (int i = 0; i < n && wsd_ms_left(deadline) != 0; i++) {
+		nd_status a = connect_prove(ep, c, &alt[i], altlen[i], check, deadline);
+
+		wsd_debug("shm: alternate registry %s: %s", alt[i].sun_path + 1, nd_strstatus(a));
+		if (a == ND_SUCCESS)
+			return a;
+		if (first == ND_NOT_SUPPORTED)
+			first = a;
+	}
+	return first;
+}
+
+/*
  * The usual name first; when it fails short of our own resources, the
  * alternate names of registries whose usual name was taken (listen.c),
  * found by the kernel's lists (owner.c) from owner (NULL: none).  Every
@@ -402,8 +425,9 @@ static nd_status connect_find(struct nd_ep *ep, struct shm_conn *c, const struct
 	struct sockaddr_un un, alt[SHM_ALT_MAX];
 	socklen_t unlen, altlen[SHM_ALT_MAX];
 	const struct shm_owner *check = ep->owner_check ? owner : NULL;
-	nd_status st;
-	int n;
+	nd_status st, a;
+	bool ahead;
+	int n = 0;
 
 	if (shm_sock_name(addr, len, &un, &unlen) < 0)
 		return ND_INVALID_PARAMETER;
@@ -414,31 +438,20 @@ static nd_status connect_find(struct nd_ep *ep, struct shm_conn *c, const struct
 	 * holds that name, a squatter perhaps, would hold us up for its
 	 * deadline (SHM_NAME_MS) before.
 	 */
-	n = 0;
-	if (owner && ep->other_users && shm_name_holder(&un, unlen) != (int)geteuid())
+	ahead = owner && ep->other_users && shm_name_holder(&un, unlen) != (int)geteuid();
+	if (ahead) {
 		n = shm_alt_names((unsigned)shm_addr_port(addr, len), owner, alt, altlen,
 				  SHM_ALT_MAX);
-	for (int i = 0; i < n && wsd_ms_left(deadline) != 0; i++) {
-		st = connect_prove(ep, c, &alt[i], altlen[i], check, deadline);
-		wsd_debug("shm: alternate registry %s: %s", alt[i].sun_path + 1, nd_strstatus(st));
-		if (st == ND_SUCCESS)
-			return st;
+		if (try_alts(ep, c, alt, altlen, n, check, deadline) == ND_SUCCESS)
+			return ND_SUCCESS;
 	}
 	st = connect_prove(ep, c, &un, unlen, check, deadline);
 	if (st == ND_SUCCESS || st == ND_INSUFFICIENT_RESOURCES || st == ND_NO_MEMORY ||
-	    st == ND_NO_MORE_ENTRIES || !owner || n > 0)
+	    st == ND_NO_MORE_ENTRIES || !owner || (ahead && n > 0))
 		return st;
 	n = shm_alt_names((unsigned)shm_addr_port(addr, len), owner, alt, altlen, SHM_ALT_MAX);
-	for (int i = 0; i < n && wsd_ms_left(deadline) != 0; i++) {
-		nd_status a = connect_prove(ep, c, &alt[i], altlen[i], check, deadline);
-
-		wsd_debug("shm: alternate registry %s: %s", alt[i].sun_path + 1, nd_strstatus(a));
-		if (a == ND_SUCCESS)
-			return a;
-		if (st == ND_NOT_SUPPORTED)
-			st = a;
-	}
-	return st;
+	a = try_alts(ep, c, alt, altlen, n, check, deadline);
+	return a == ND_SUCCESS || st == ND_NOT_SUPPORTED ? a : st;
 }
 
 static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, socklen_t len,

@@ -123,16 +123,17 @@ int shm_nonce_match(const struct shm_nonce *n, const uint8_t echo[SHM_NONCE])
 	return d == 0;
 }
 
-static int expect(int sock, struct shm_ctl *m, uint16_t type, int timeout_ms)
+/* The next message, of type or a REJECT (its reason as -errno); with fd, a descriptor it carries. */
+static int expect_fd(int sock, struct shm_ctl *m, uint16_t type, int *fd, int timeout_ms)
 {
-	int ret = shm_recv_ctl(sock, m, NULL, 0, timeout_ms);
+	int ret = shm_recv_ctl(sock, m, fd, fd ? 1 : 0, timeout_ms);
 
 	/*
 	 * A listener that closed with our message unread (it turned us away)
 	 * makes the kernel report a reset first: its REJECT may still wait
 	 * behind it.
 	 */
-	if (ret == -ECONNRESET && shm_recv_ctl(sock, m, NULL, 0, 0) == 0)
+	if (ret == -ECONNRESET && shm_recv_ctl(sock, m, fd, fd ? 1 : 0, 0) == 0)
 		ret = 0;
 
 	if (ret < 0)
@@ -141,6 +142,11 @@ static int expect(int sock, struct shm_ctl *m, uint16_t type, int timeout_ms)
 		return m->reason == ND_ACCESS_DENIED ? -EACCES :
 		       m->reason == ND_NO_MORE_ENTRIES ? -EBUSY : -ECONNREFUSED;
 	return m->type == type ? 0 : -EPROTO;
+}
+
+static int expect(int sock, struct shm_ctl *m, uint16_t type, int timeout_ms)
+{
+	return expect_fd(sock, m, type, NULL, timeout_ms);
 }
 
 /*
@@ -208,14 +214,9 @@ int shm_prove_copy(int sock, const struct shm_owner *owner, int timeout_ms)
 			     .features = SHM_FEAT_COPY };
 	int fd = -1, ret = shm_send_ctl(sock, &m, NULL, 0);
 
-	/* turned away at once, the REJECT waits in the socket (behind a reset) */
-	ret = shm_recv_ctl(sock, &m, &fd, 1, ret ? 0 : wsd_ms_left(deadline));
-	if (ret == -ECONNRESET && shm_recv_ctl(sock, &m, &fd, 1, 0) == 0)
-		ret = 0;
-	if (ret == 0 && m.type == SHM_REJECT)
-		ret = m.reason == ND_ACCESS_DENIED ? -EACCES :
-		      m.reason == ND_NO_MORE_ENTRIES ? -EBUSY : -ECONNREFUSED;
-	else if (ret == 0 && (m.type != SHM_PROVE_ACK || !(m.features & SHM_FEAT_COPY)))
+	/* turned away at once, the REJECT waits in the socket */
+	ret = expect_fd(sock, &m, SHM_PROVE_ACK, &fd, ret ? 0 : wsd_ms_left(deadline));
+	if (ret == 0 && !(m.features & SHM_FEAT_COPY))
 		ret = -EPROTO;
 	if (ret == 0 && owner)
 		ret = fd < 0 ? -EACCES : shm_owner_check_fd(fd, owner);
