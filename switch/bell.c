@@ -144,6 +144,40 @@ void bell_retry(struct wsd_sock *s, struct wsd_session *ss)
 	pthread_mutex_unlock(&s->tx_lock);
 }
 
+/*
+ * Between two liveness bells (bell_probe): a peer that half-closed and
+ * reads on gets one byte a second while our sender waits for it.
+ */
+#define PROBE_MS 1000
+
+/*
+ * tx_lock held, a sender waiting for room while our receive is still on
+ * the stream.  The peer's death shows on the kernel stream as its FIN or
+ * a reset: a reset ends the wait (wait_fd, POLLHUP), but a FIN there is
+ * also what a live peer's shutdown sends, and one that half-closed may
+ * read our ring yet.  A peer killed with its ring unread can send nothing
+ * more, so ask its kernel: a bell (announced, so a live peer takes it for
+ * one) to a socket no process holds is answered with a reset, which the
+ * next wait sees.  Once a second while the peer's FIN is in (CLOSE_WAIT).
+ */
+void bell_probe(struct wsd_sock *s)
+{
+	struct wsd_session *ss = s->sess;
+	struct tcp_info ti;
+	socklen_t tl = sizeof(ti);
+	int64_t now;
+
+	if (!ss || s->tx_mode != DIR_RING || s->tx_back || s->tx_shut || s->rx_mode == DIR_RING)
+		return;
+	now = wsd_now_ms();
+	if (now - ss->probe_at < PROBE_MS ||
+	    real.getsockopt(s->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) ||
+	    ti.tcpi_state != TCP_CLOSE_WAIT)
+		return;
+	ss->probe_at = now;
+	(void)try_bell(s);   /* one the kernel did not take: the next second's */
+}
+
 /* tx_lock held: the peer waits for data, so make its fd readable. */
 void ring_data(struct wsd_sock *s)
 {

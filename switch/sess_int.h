@@ -105,6 +105,7 @@ void became_accel(struct wsd_sock *s, bool was);
 /* bell.c: doorbells */
 bool try_bell(struct wsd_sock *s);
 void bell_retry(struct wsd_sock *s, struct wsd_session *ss);
+void bell_probe(struct wsd_sock *s);
 void ring_data(struct wsd_sock *s);
 void ring_space(struct wsd_sock *s);
 void bells_tx_base(struct wsd_sock *s, int64_t known);

@@ -98,6 +98,7 @@ struct wsd_session {
 	_Atomic bool bell_owed;
 	uint64_t bells_unsent;
 	int bell_errno;
+	int64_t probe_at;            /* tx_lock: the last liveness bell (bell_probe, ms) */
 	uint64_t bells_rx;           /* mu */
 	/* mu: since when (ms; 0: not) the peer's announced bells exceed those
 	 * read with our kernel socket empty, and bells_rx then */

@@ -391,6 +391,7 @@ int wait_room(struct wsd_sock *s, uint32_t len, bool nonblock, bool zc_wait)
 		/* a zero-copy sender can't leave: the peer reads our memory */
 		if (r < 0 && !zc_wait)
 			return r;
+		bell_probe(s);   /* the peer's FIN in: is anyone there? */
 	}
 }
 

@@ -338,6 +338,14 @@ int wait_fd(struct wsd_sock *s, bool for_rx, int64_t *deadline)
 			e = errno;
 		else if (n == 0 && deadline && *deadline > 0 && wsd_now_ms() >= *deadline)
 			e = EAGAIN;
+		/*
+		 * A ticking sender's stream hung up (the peer's reset; we sent
+		 * no FIN while we send): no bell can come, and the peer takes
+		 * nothing more, as a kernel send would find.  The error stays
+		 * the kernel's, for the receive.
+		 */
+		else if (n > 0 && !for_rx && (p.revents & POLLHUP))
+			e = EPIPE;
 	}
 	race_window();    /* awake, the bells not yet drained */
 	pthread_mutex_lock(&s->mu);
