@@ -5,19 +5,28 @@
  * directions, and the listener never sees the request, unless both sides
  * take other users (SO_WSP_PEER_USERS): then they pair by copy, sends
  * alone (no read, write or bind), and a connector that asks for the TCP
- * listener's owner gets the listener itself to check.  Needs root to run
+ * listener's owner gets a handle on the listener to check, which lets it
+ * do nothing to the listener (hostile_takes_listener).  Needs root to run
  * a second uid; exits 77 otherwise.
  */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "provider/internal.h"
+#include "provider/shm/shm.h"
 #include "tests/pair.h"
 
 #define NOBODY 65534
@@ -266,6 +275,93 @@ START_TEST(copy_owner_by_listener)
 }
 END_TEST
 
+/*
+ * A hostile process of another uid speaks the copy proof itself and keeps
+ * what PROVE_ACK hands over, then does what a socket would let it do to a
+ * listener: shut it down (a TCP listener so shut stops listening), make it
+ * non-blocking (a blocking server's accept would fail with EAGAIN), change
+ * its backlog, take a connection from it.  Exits 0 when it got a handle of
+ * the listener (its inode) and every one of those failed.
+ */
+static void hostile_child(uint16_t port, unsigned long ino)
+{
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	struct shm_ctl m = { .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_PROVE,
+			     .features = SHM_FEAT_COPY };
+	struct stat st;
+	int s, fd = -1, n;
+
+	alarm(30);
+	if (drop() < 0)
+		_exit(10);
+	n = snprintf(un.sun_path + 1, sizeof(un.sun_path) - 1, "wsd-nd.%u", port);
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&un,
+			     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)))
+		_exit(11);
+	if (shm_send_ctl(s, &m, NULL, 0) < 0 || shm_recv_ctl(s, &m, &fd, 1, 5000) < 0 ||
+	    m.type != SHM_PROVE_ACK)
+		_exit(12);
+	if (fd < 0 || fstat(fd, &st) || st.st_ino != ino)
+		_exit(13);   /* the owner check needs it: handed over, and the listener's */
+	if (shutdown(fd, SHUT_RDWR) == 0 || shutdown(fd, SHUT_RD) == 0)
+		_exit(14);
+	if (fcntl(fd, F_SETFL, O_NONBLOCK) == 0)
+		_exit(15);
+	if (listen(fd, 0) == 0)
+		_exit(16);
+	if (accept4(fd, NULL, NULL, SOCK_NONBLOCK) >= 0)
+		_exit(17);
+	_exit(0);
+}
+
+/*
+ * What the copy proof hands over gives its holder no power over our TCP
+ * listener: after a hostile child of another uid tried (hostile_child),
+ * the listener is still blocking and still takes connections.
+ */
+START_TEST(hostile_takes_listener)
+{
+	struct tside s;
+	struct nd_listener *l;
+	struct nd_conn_request *req;
+	uint16_t port = t_port();
+	struct sockaddr_in sa = t_addr(port);
+	int fd = tcp_listener(port), c, a, status;
+	struct pollfd p;
+	struct stat st;
+	pid_t pid;
+
+	ck_assert_msg(fd >= 0, "no TCP listener on %u: %s", port, strerror(errno));
+	ck_assert(fstat(fd, &st) == 0);
+	tside_open(&s, NULL);
+	ck_status(nd_listen(s.ad, (struct sockaddr *)&sa, sizeof(sa), 4, &l), ND_SUCCESS);
+	wsd_listen_other_users(l, true);
+	ck_assert_int_eq(wsd_listen_owner(l, fd), 0);
+	pid = fork();
+	if (pid == 0)
+		hostile_child(port, (unsigned long)st.st_ino);
+	/* its requests are taken here; it never says HELLO */
+	ck_status(nd_listen_get_request(l, 1500, &req), ND_TIMEOUT);
+	ck_assert(waitpid(pid, &status, 0) == pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "the hostile child: exit %d (13: no handle; 14-17: it acted on the listener)",
+		      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	ck_assert_int_eq(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert(c >= 0 && connect(c, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	p = (struct pollfd){ .fd = fd, .events = POLLIN };
+	ck_assert_msg(poll(&p, 1, 5000) == 1, "the listener takes no connection");
+	a = accept(fd, NULL, NULL);
+	ck_assert_msg(a >= 0, "accept: %s", strerror(errno));
+	close(a);
+	close(c);
+	ck_status(nd_listen_close(l), ND_SUCCESS);
+	tside_close(&s);
+	close(fd);
+}
+END_TEST
+
 int main(void)
 {
 	TCase *tc;
@@ -285,5 +381,6 @@ int main(void)
 	tcase_add_test(tc, copy_pairs);
 	tcase_add_test(tc, copy_needs_both);
 	tcase_add_test(tc, copy_owner_by_listener);
+	tcase_add_test(tc, hostile_takes_listener);
 	return t_run("nd_access", tc);
 }

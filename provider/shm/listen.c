@@ -397,30 +397,45 @@ static bool hello_ok(const struct pending *p, const struct shm_ctl *m, const int
 }
 
 /*
- * The TCP listener we stand for, as a descriptor of our own for the time
- * of a send, or -1.  The program may close its number and reuse it for
- * any file at any time: only a copy taken first and found to be that very
- * socket (its inode) may go to a process of another user.
+ * A handle on the TCP listener we stand for, for the time of a send, or
+ * -1.  It goes to a process of another user, which must be able to do
+ * nothing with it but name the socket: an O_PATH open of our descriptor
+ * (through /proc) refers to the same socket, and every socket call on it
+ * fails (EBADF), where a copy of the descriptor would let that process
+ * shut the listener down, make it non-blocking or take its connections.
+ * The program may close its number and reuse it for any file at any time:
+ * only a handle found to be that very socket (its inode) goes.
  */
-static int tcp_listener_dup(struct shm_listener *sl)
+static int tcp_listener_handle(struct shm_listener *sl)
 {
 	unsigned long ino = atomic_load(&sl->tcp_ino);
-	int fd = atomic_load(&sl->tcp_fd), d;
+	int fd = atomic_load(&sl->tcp_fd), h;
+	char path[40];
 	struct stat st;
 
-	/* (above the standard streams: a program with stdin closed would get 0) */
-	if (fd < 0 || !ino || (d = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0)
+	if (fd < 0 || !ino)
 		return -1;
-	if (fstat(d, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == ino)
-		return d;
-	close(d);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	h = open(path, O_PATH | O_CLOEXEC);
+	if (h >= 0 && h < 3) {
+		/* above the standard streams: a program with stdin closed would get 0 */
+		int d = fcntl(h, F_DUPFD_CLOEXEC, 3);
+
+		close(h);
+		h = d;
+	}
+	if (h < 0)
+		return -1;
+	if (fstat(h, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == ino)
+		return h;
+	close(h);
 	return -1;
 }
 
 /*
  * A connector of another user (copy): no nonce either way; PROVE_ACK
- * hands over the TCP listener we stand for, if named, which the connector
- * checks is the one it dialled (owner.c).
+ * hands over a handle on the TCP listener we stand for, if named, which
+ * the connector checks is the one it dialled (owner.c).
  */
 static int prove_copy(struct nd_listener *l, struct shm_listener *sl, struct pending *p,
 		      const struct shm_ctl *m)
@@ -434,7 +449,7 @@ static int prove_copy(struct nd_listener *l, struct shm_listener *sl, struct pen
 		return -EPROTO;
 	}
 	p->state = P_ECHO;
-	tcp = tcp_listener_dup(sl);
+	tcp = tcp_listener_handle(sl);
 	ret = shm_send_ctl(p->sock, &ack, &tcp, tcp >= 0 ? 1 : 0);
 	if (tcp >= 0)
 		close(tcp);

@@ -87,7 +87,8 @@ struct shm_msg {
 /*
  * PROVE and PROVE_ACK between processes of different users, each taking
  * the other ("copy"): neither reads the other's memory, so there is no
- * nonce to read; the listener hands over its TCP listener instead, and
+ * nonce to read; the listener hands over a handle on its TCP listener
+ * instead (O_PATH: it names the socket and allows nothing else), and
  * no descriptor of ours that the peer could block us with changes hands
  * (doorbells are bytes on the unix socket, sent without waiting).
  */
