@@ -384,6 +384,15 @@ void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port)
 	ep->owner_port = tcp_port;
 }
 
+void wsd_ep_owner_from(struct nd_ep *ep, const struct sockaddr *from, socklen_t len)
+{
+	ep->owner_from_len = 0;
+	if (from && len > 0 && (size_t)len <= sizeof(ep->owner_from)) {
+		memcpy(&ep->owner_from, from, (size_t)len);
+		ep->owner_from_len = len;
+	}
+}
+
 void wsd_listen_other_users(struct nd_listener *l, bool on)
 {
 	atomic_store(&l->other_users, on);

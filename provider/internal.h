@@ -132,6 +132,9 @@ struct nd_ep {
 	 */
 	bool owner_check;
 	uint16_t owner_port;           /* ...on this TCP port, not the one dialled (0: that one) */
+	/* our end of the TCP connection (SO_WSP_TCP_FROM; length 0: not known) */
+	struct sockaddr_storage owner_from;
+	socklen_t owner_from_len;
 	/* shm: the peer's process, as the kernel named it at connect (0: not known) */
 	uint32_t peer_pid;
 	/*
@@ -259,6 +262,8 @@ WSD_HIDDEN void wsd_caps_meet(struct nd_adapter_info *a, const struct nd_adapter
 WSD_HIDDEN int wsd_listen_owner(struct nd_listener *l, int tcp_fd);
 WSD_HIDDEN int wsd_listen_taken(struct nd_listener *l);
 WSD_HIDDEN void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port);
+/* ...and our end of the TCP connection (NULL: not known) */
+WSD_HIDDEN void wsd_ep_owner_from(struct nd_ep *ep, const struct sockaddr *from, socklen_t len);
 /* ...(SO_WSP_PEER_USERS): pair with processes of other users, without their memory */
 WSD_HIDDEN void wsd_listen_other_users(struct nd_listener *l, bool on);
 WSD_HIDDEN void wsd_ep_other_users(struct nd_ep *ep, bool on);

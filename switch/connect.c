@@ -170,6 +170,31 @@ socklen_t peer_addr(const struct wsd_sock *s, struct sockaddr_storage *to)
 	return sizeof(struct sockaddr_in6);
 }
 
+/*
+ * Our end of the connection t names, as an address of family (the SPI
+ * socket's), for SO_WSP_TCP_FROM: its length, or 0 when t names none.
+ */
+static socklen_t tuple_from(const struct wsd_tuple *t, int family, struct sockaddr_storage *out)
+{
+	const struct wsd_stat_addr *c = &t->client;
+
+	memset(out, 0, sizeof(*out));
+	if (!c->port || c->family != family)
+		return 0;
+	if (family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)out;
+
+		in->sin_family = AF_INET;
+		in->sin_port = htons(c->port);
+		memcpy(&in->sin_addr, c->addr, 4);
+		return sizeof(*in);
+	}
+	((struct sockaddr_in6 *)out)->sin6_family = AF_INET6;
+	((struct sockaddr_in6 *)out)->sin6_port = htons(c->port);
+	memcpy(&((struct sockaddr_in6 *)out)->sin6_addr, c->addr, 16);
+	return sizeof(struct sockaddr_in6);
+}
+
 /* The connection may upgrade, and its 4-tuple is in t; else it failed (false). */
 static bool client_tuple(struct wsd_sock *s, struct wsd_tuple *t)
 {
@@ -262,6 +287,8 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	struct wsd_chan *ch;
 	struct wsd_hello h = { 0 }, a;
 	WSABUF caller = { sizeof(*t), (char *)t };
+	struct sockaddr_storage from;
+	socklen_t fl = tuple_from(t, to->ss_family, &from);
 	const char *bad;
 	SOCKET ws;
 	int err, e;
@@ -280,6 +307,8 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 	    procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_TCP_PORT,
 				  &(int){ key->port == t->server.port ? 0 : t->server.port },
 				  sizeof(int), &err) ||
+	    /* our end: a forked handler of another user may show the connection's other end */
+	    (fl > 0 && procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_TCP_FROM, &from, fl, &err)) ||
 	    /* a registry of another user too, as TCP would connect, unless the policy says not */
 	    procs.lpWSPSetSockOpt(ws, SOL_WSP, SO_WSP_PEER_USERS,
 				  &(int){ wsd_policy_other_users(wsd_policy_get()) }, sizeof(int),

@@ -118,8 +118,8 @@ END_TEST
  * refused, then wait for the parent (oob).  Exits 0 when the connect said
  * want and the rest held.
  */
-static void copy_child(const struct sockaddr_in *sa, bool opt, bool owner, nd_status want,
-		       int oob_in, int oob_out)
+static void copy_child(const struct sockaddr_in *sa, bool opt, bool owner,
+		       const struct sockaddr_in *from, nd_status want, int oob_in, int oob_out)
 {
 	struct tside c;
 	struct nd_result r;
@@ -136,6 +136,7 @@ static void copy_child(const struct sockaddr_in *sa, bool opt, bool owner, nd_st
 	c.oob_out = oob_out;
 	wsd_ep_other_users(c.ep, opt);
 	wsd_ep_owner_check(c.ep, owner, 0);
+	wsd_ep_owner_from(c.ep, (const struct sockaddr *)from, from ? sizeof(*from) : 0);
 	in = t_sge(&c, 0, 64);
 	if (nd_ep_receive(c.ep, NULL, &in, 1) != ND_SUCCESS)
 		_exit(11);
@@ -172,16 +173,16 @@ static void copy_child(const struct sockaddr_in *sa, bool opt, bool owner, nd_st
  * on want == ND_SUCCESS the pair trades a message each way.
  */
 static void copy_case(bool opt, bool child_opt, bool owner, int tcp_fd, uint16_t port,
-		      nd_status want)
+		      const struct sockaddr_in *from, nd_status want)
 {
 	struct tside s;
 	struct nd_listener *l;
 	struct nd_conn_request *req;
 	struct sockaddr_in sa = t_addr(port);
-	int status, to[2], from[2];
+	int status, to[2], from_p[2];
 	pid_t pid;
 
-	ck_assert(pipe(to) == 0 && pipe(from) == 0);
+	ck_assert(pipe(to) == 0 && pipe(from_p) == 0);
 	tside_open(&s, NULL);
 	ck_status(nd_listen(s.ad, (struct sockaddr *)&sa, sizeof(sa), 4, &l), ND_SUCCESS);
 	wsd_listen_other_users(l, opt);
@@ -189,7 +190,7 @@ static void copy_case(bool opt, bool child_opt, bool owner, int tcp_fd, uint16_t
 		ck_assert_int_eq(wsd_listen_owner(l, tcp_fd), 0);
 	pid = fork();
 	if (pid == 0) {
-		copy_child(&sa, child_opt, owner, want, to[0], from[1]);
+		copy_child(&sa, child_opt, owner, from, want, to[0], from_p[1]);
 	}
 	if (want != ND_SUCCESS) {
 		/* a refused request never reaches the application */
@@ -210,7 +211,7 @@ static void copy_case(bool opt, bool child_opt, bool owner, int tcp_fd, uint16_t
 		ck_status(nd_ep_send(s.ep, NULL, &out, 1, 0), ND_SUCCESS);
 		ck_status(t_wait(s.ocq, 5000).status, ND_SUCCESS);
 		ck_status(nd_ep_read(s.ep, NULL, &in, 1, &d, 0, 0), ND_NOT_SUPPORTED);
-		s.oob_in = from[0];
+		s.oob_in = from_p[0];
 		s.oob_out = to[1];
 		oob_sync(&s);
 		s.oob_in = s.oob_out = -1;
@@ -221,22 +222,22 @@ static void copy_case(bool opt, bool child_opt, bool owner, int tcp_fd, uint16_t
 	tside_close(&s);
 	close(to[0]);
 	close(to[1]);
-	close(from[0]);
-	close(from[1]);
+	close(from_p[0]);
+	close(from_p[1]);
 }
 
 /* Both take other users: paired, by copy. */
 START_TEST(copy_pairs)
 {
-	copy_case(true, true, false, -1, t_port(), ND_SUCCESS);
+	copy_case(true, true, false, -1, t_port(), NULL, ND_SUCCESS);
 }
 END_TEST
 
 /* Only one side takes other users: refused, both ways round. */
 START_TEST(copy_needs_both)
 {
-	copy_case(true, false, false, -1, t_port(), ND_ACCESS_DENIED);
-	copy_case(false, true, false, -1, t_port(), ND_ACCESS_DENIED);
+	copy_case(true, false, false, -1, t_port(), NULL, ND_ACCESS_DENIED);
+	copy_case(false, true, false, -1, t_port(), NULL, ND_ACCESS_DENIED);
 }
 END_TEST
 
@@ -267,11 +268,41 @@ START_TEST(copy_owner_by_listener)
 
 	ck_assert_msg(fd >= 0 && wrong >= 0, "no TCP listener on %u or %u: %s", port, other,
 		      strerror(errno));
-	copy_case(true, true, true, fd, port, ND_SUCCESS);
-	copy_case(true, true, true, wrong, port, ND_ACCESS_DENIED);
-	copy_case(true, true, true, -1, port, ND_ACCESS_DENIED);
+	copy_case(true, true, true, fd, port, NULL, ND_SUCCESS);
+	copy_case(true, true, true, wrong, port, NULL, ND_ACCESS_DENIED);
+	copy_case(true, true, true, -1, port, NULL, ND_ACCESS_DENIED);
 	close(fd);
 	close(wrong);
+}
+END_TEST
+
+/*
+ * A fork child that closed the listener (PostgreSQL's backends) names the
+ * connection it holds instead, and hands over a handle on it: the
+ * connector takes it when it is the other end of its own connection
+ * (SO_WSP_TCP_FROM), and not when it names another end or none.
+ */
+START_TEST(copy_owner_by_connection)
+{
+	uint16_t port = t_port();
+	int l = tcp_listener(port), c, a;
+	struct sockaddr_in sa = t_addr(port), mine, other;
+	socklen_t ml = sizeof(mine);
+
+	ck_assert_msg(l >= 0, "no TCP listener on %u: %s", port, strerror(errno));
+	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert(c >= 0 && connect(c, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	ck_assert(getsockname(c, (struct sockaddr *)&mine, &ml) == 0);
+	a = accept(l, NULL, NULL);
+	ck_assert(a >= 0);
+	close(l);   /* the handler's way: the listener is its parent's */
+	other = mine;
+	other.sin_port = htons((uint16_t)(ntohs(mine.sin_port) + 1));
+	copy_case(true, true, true, a, port, &mine, ND_SUCCESS);
+	copy_case(true, true, true, a, port, &other, ND_ACCESS_DENIED);
+	copy_case(true, true, true, a, port, NULL, ND_ACCESS_DENIED);
+	close(a);
+	close(c);
 }
 END_TEST
 
@@ -382,5 +413,6 @@ int main(void)
 	tcase_add_test(tc, copy_needs_both);
 	tcase_add_test(tc, copy_owner_by_listener);
 	tcase_add_test(tc, hostile_takes_listener);
+	tcase_add_test(tc, copy_owner_by_connection);
 	return t_run("nd_access", tc);
 }

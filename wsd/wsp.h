@@ -151,6 +151,13 @@ typedef void (*LPWSAOVERLAPPED_COMPLETION_ROUTINE)(uint32_t error, uint32_t byte
  * when the connection was made (shm); verbs cannot know it (WSAENOPROTOOPT).
  */
 #define SO_WSP_PEER_UID         0x7106
+/*
+ * Connecting socket, set only: our end of the TCP connection this one
+ * stands for (a struct sockaddr_in or sockaddr_in6 of the socket's
+ * family).  A listener of another user that holds no TCP listener may then
+ * show that connection's other end instead (shm).
+ */
+#define SO_WSP_TCP_FROM         0x7107
 
 #define SD_RECEIVE 0
 #define SD_SEND    1

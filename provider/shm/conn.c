@@ -382,8 +382,15 @@ static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
 	c->copy = ret == 0 && c->peer_uid != geteuid();
 	if (ret == 0 && c->copy)
 		ret = shm_prove_copy(c->sock, owner, wsd_ms_left(name_end));
-	else if (ret == 0)
-		ret = shm_prove_connector(c->sock, c->peer_pid, owner, wsd_ms_left(name_end));
+	else if (ret == 0 && owner) {
+		/* our own user: the listener, or any connection on it, as before */
+		struct shm_owner any = *owner;
+
+		any.from_port = 0;
+		ret = shm_prove_connector(c->sock, c->peer_pid, &any, wsd_ms_left(name_end));
+	} else if (ret == 0) {
+		ret = shm_prove_connector(c->sock, c->peer_pid, NULL, wsd_ms_left(name_end));
+	}
 	if (ret == -EACCES)
 		count_refusal(ep->ad);
 	return ret < 0 ? setup_status(ret) : ND_SUCCESS;
@@ -470,6 +477,17 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		return ND_INVALID_PARAMETER;
 	if (ep->owner_port)
 		owner.port = ep->owner_port;   /* a listener serving another TCP port (SO_WSP_TCP_PORT) */
+	/* our end of the TCP connection (SO_WSP_TCP_FROM): across users, its other end may show */
+	owner.from_port = 0;
+	if (ep->owner_from_len) {
+		struct shm_owner f;
+
+		if (shm_owner_want((const struct sockaddr *)&ep->owner_from, ep->owner_from_len,
+				   &f) == 0) {
+			memcpy(owner.from, f.addr, sizeof(owner.from));
+			owner.from_port = f.port;
+		}
+	}
 	if (!addr_is_local(addr, len))
 		return ND_NOT_SUPPORTED;   /* another host: not ours to serve */
 	c = conn_new();

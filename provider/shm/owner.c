@@ -130,13 +130,19 @@ static int add(struct inodes *s, unsigned long ino)
 	return 0;
 }
 
-/* One socket of the port: into *listen or *conn by its state and local address. */
-static int sort_in(unsigned st, const uint8_t a[16], unsigned long ino, const struct shm_owner *o,
-		   struct inodes *listen, struct inodes *conn)
+/*
+ * One socket of the port: into *listen or *conn by its state and local
+ * address (a, the port's), and, where o->from_port says which, its remote
+ * end (ra, rport): then only the other end of that connection is one.
+ */
+static int sort_in(unsigned st, const uint8_t a[16], const uint8_t ra[16], unsigned rport,
+		   unsigned long ino, const struct shm_owner *o, struct inodes *listen,
+		   struct inodes *conn)
 {
 	if (st == ST_LISTEN && (wildcard(a) || !memcmp(a, o->addr, 16)))
 		return add(listen, ino);
-	if ((st == ST_ESTABLISHED || st == ST_CLOSE_WAIT) && !memcmp(a, o->addr, 16))
+	if ((st == ST_ESTABLISHED || st == ST_CLOSE_WAIT) && !memcmp(a, o->addr, 16) &&
+	    (!o->from_port || (rport == o->from_port && !memcmp(ra, o->from, 16))))
 		return add(conn, ino);
 	return 0;
 }
@@ -215,18 +221,21 @@ static int diag_one(void *arg, const struct nlmsghdr *h)
 {
 	const struct diag_ctx *c = arg;
 	const struct inet_diag_msg *m = NLMSG_DATA(h);
-	uint8_t a[16];
+	uint8_t a[16], ra[16];
 
 	if (ntohs(m->id.idiag_sport) != c->o->port)
 		return 0;   /* the filter is the kernel's: looked at again */
 	if (c->family == AF_INET) {
 		memcpy(a, v4mapped, 12);
 		memcpy(a + 12, m->id.idiag_src, 4);
+		memcpy(ra, v4mapped, 12);
+		memcpy(ra + 12, m->id.idiag_dst, 4);
 	} else {
 		memcpy(a, m->id.idiag_src, 16);
+		memcpy(ra, m->id.idiag_dst, 16);
 	}
-	return sort_in(m->idiag_state, a, m->idiag_inode, c->o, c->listen, c->conn) < 0 ?
-		       -ENOMEM : 0;
+	return sort_in(m->idiag_state, a, ra, ntohs(m->id.idiag_dport), m->idiag_inode, c->o,
+		       c->listen, c->conn) < 0 ? -ENOMEM : 0;
 }
 
 /*
@@ -289,17 +298,18 @@ static int collect(pid_t pid, const struct shm_owner *o, uint32_t states, struct
 			continue;   /* no IPv6 in that namespace, say */
 		/* "sl local:port remote:port st queues timer retr uid timeout inode" */
 		while (fgets(line, sizeof(line), f)) {
-			char hex[33];
-			unsigned lport, st;
+			char hex[33], rhex[33];
+			unsigned lport, rport, st;
 			unsigned long ino;
-			uint8_t a[16];
+			uint8_t a[16], ra[16];
 			int ret = 0;
 
-			if (sscanf(line, " %*s %32[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %*u %*u %lu",
-				   hex, &lport, &st, &ino) != 4 || lport != o->port ||
-			    parse_addr(hex, strlen(hex), a) < 0)
+			if (sscanf(line, " %*s %32[0-9A-Fa-f]:%x %32[0-9A-Fa-f]:%x %x %*s %*s %*s %*u "
+				   "%*u %lu", hex, &lport, rhex, &rport, &st, &ino) != 6 ||
+			    lport != o->port || parse_addr(hex, strlen(hex), a) < 0 ||
+			    parse_addr(rhex, strlen(rhex), ra) < 0)
 				continue;   /* the heading, or another port */
-			ret = sort_in(st, a, ino, o, listen, conn);
+			ret = sort_in(st, a, ra, rport, ino, o, listen, conn);
 			if (ret < 0) {
 				fclose(f);
 				return ret;
@@ -392,7 +402,10 @@ int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o)
  * network namespace covering the address dialled (sock_diag lists only
  * ours): holding it is what the registry's process has to show.  A port
  * has one listener, or one SO_REUSEPORT group, which the kernel keeps to
- * one user.  0, -EACCES, or -errno when the kernel would not tell.
+ * one user.  Or, when we know our end of the connection (o->from_port), it
+ * is that connection's other end: a fork child that closed the listener
+ * (PostgreSQL's backends) holds that, and nobody else can show it.  0,
+ * -EACCES, or -errno when the kernel would not tell.
  */
 int shm_owner_check_fd(int fd, const struct shm_owner *o)
 {
@@ -404,13 +417,18 @@ int shm_owner_check_fd(int fd, const struct shm_owner *o)
 		return -EACCES;
 	ret = collect(getpid(), o, 1u << ST_LISTEN, &listen, &conn);
 	ok = ret == 0 && member(&listen, (unsigned long)st.st_ino);
+	if (ret == 0 && !ok && o->from_port) {
+		ret = collect(getpid(), o, 1u << ST_ESTABLISHED | 1u << ST_CLOSE_WAIT, &listen,
+			      &conn);
+		ok = ret == 0 && member(&conn, (unsigned long)st.st_ino);
+	}
 	free(listen.v);
 	free(conn.v);
 	if (ret < 0)
 		return ret;
 	if (!ok)
-		wsd_debug("shm: the listener handed over no TCP listener for port %u: refused",
-			  o->port);
+		wsd_debug("shm: the listener handed over no TCP listener for port %u%s: refused",
+			  o->port, o->from_port ? " nor our connection's other end" : "");
 	return ok ? 0 : -EACCES;
 }
 

@@ -216,10 +216,20 @@ WSD_HIDDEN int shm_check_eventfd(int fd);
 struct shm_owner {
 	uint8_t addr[16];                    /* the address dialled, IPv4 mapped */
 	unsigned port;
+	/*
+	 * Our own end of the TCP connection (SO_WSP_TCP_FROM), IPv4 mapped;
+	 * from_port 0: not known.  A connection handed over in place of a
+	 * listener must have it as its other end (shm_owner_check_fd).
+	 */
+	uint8_t from[16];
+	unsigned from_port;
 };
 WSD_HIDDEN int shm_owner_want(const struct sockaddr *addr, socklen_t len, struct shm_owner *o);
 WSD_HIDDEN int shm_owner_check(pid_t pid, int fd, const struct shm_owner *o);
-/* ...where the listener handed over fd, its TCP listener, itself (copy) */
+/*
+ * ...where the listener handed over fd (copy), a handle on its TCP
+ * listener, or on the other end of our connection (o->from)
+ */
 WSD_HIDDEN int shm_owner_check_fd(int fd, const struct shm_owner *o);
 /*
  * unix_diag: the uid of the socket that holds the name un (-2 when the

@@ -328,6 +328,8 @@ int WSPConnect(SOCKET h, const struct sockaddr *name, socklen_t len, const WSABU
 	if (e)
 		return fail_with(s, e, err);
 	wsd_ep_owner_check(s->ep, s->tcp_listener > 0, (uint16_t)s->tcp_port);
+	wsd_ep_owner_from(s->ep, s->tcp_from_len ? (struct sockaddr *)&s->tcp_from : NULL,
+			  s->tcp_from_len);
 	wsd_ep_other_users(s->ep, s->peer_users);
 	st = nd_ep_connect(s->ep, name, len, caller ? caller->buf : NULL, caller ? caller->len : 0,
 			   CONNECT_TIMEOUT_MS);
@@ -530,6 +532,19 @@ int WSPSetSockOpt(SOCKET h, int level, int name, const void *val, socklen_t len,
 		return fail_with(s, WSAEFAULT, err);
 	if (level != SOL_WSP)
 		return fail_with(s, WSAENOPROTOOPT, err);
+	if (name == SO_WSP_TCP_FROM) {
+		/* an address of the socket's family, read at the connect */
+		sa_family_t f;
+
+		memcpy(&f, val, sizeof(f));
+		if (f != s->af || len != (f == AF_INET6 ? sizeof(struct sockaddr_in6) :
+						       sizeof(struct sockaddr_in)) ||
+		    s->state == S_CONNECTED || s->state == S_CLOSED)
+			return fail_with(s, WSAEINVAL, err);
+		memcpy(&s->tcp_from, val, len);
+		s->tcp_from_len = len;
+		return 0;
+	}
 	memcpy(&v, val, sizeof(v));
 	switch (name) {
 	case SO_RDMA_THRESHOLD_SIZE:

@@ -77,6 +77,8 @@ struct wsp_socket {
 	uint32_t rdma_threshold;
 	int tcp_listener;                /* SO_WSP_TCP_LISTENER; -1 when not set */
 	int tcp_port;                    /* SO_WSP_TCP_PORT; 0: the port dialled */
+	struct sockaddr_storage tcp_from;   /* SO_WSP_TCP_FROM */
+	socklen_t tcp_from_len;          /* 0: not set */
 	int accept_ms;                   /* SO_WSP_ACCEPT_MS; 0: WSPAccept waits until a request */
 	bool peer_users;                 /* SO_WSP_PEER_USERS */
 	struct wsd_port *port;
