@@ -481,11 +481,88 @@ static ssize_t pre_owed(struct wsd_sock *s, struct cursor *c, int flags, bool no
 	}
 }
 
+/*
+ * mu held: a receive before the switch may wait for the stream uncounted
+ * (plain_wait): it is one that RX_READY may yet be published for.
+ */
+static bool may_wait_uncounted(const struct wsd_sock *s)
+{
+	return !s->detached && !s->rx_back && !s->no_upgrade && !s->closing &&
+	       atomic_load(&s->upgrade_state) != UP_FAILED;
+}
+
+/*
+ * A receive before the switch (counted among plain_waiters while in the
+ * kernel): the prefix's bytes, or the kernel stream's.  uncounted: the
+ * read is made non-blocking, its wait to go uncounted (plain_wait).
+ */
+static ssize_t plain_recv(struct wsd_sock *s, struct cursor *c, int flags, bool nonblock,
+			  bool uncounted)
+{
+	bool was;
+	ssize_t n;
+
+	if (s->detached) {
+		n = -ECONNRESET;
+	} else if (faulted(s->sess)) {
+		pthread_mutex_lock(&s->rx_lock);
+		n = fault_rx(s);
+		pthread_mutex_unlock(&s->rx_lock);
+	} else if ((s->pre || s->rx_skip) && (n = pre_owed(s, c, flags, nonblock)) != 0) {
+		/* the prefix's bytes, or its error */
+	} else {
+		n = kernel_recv(s, c, cur_left(c),
+				(flags & ~MSG_WAITALL) | (uncounted ? MSG_DONTWAIT : 0));
+		if (n > 0 && !(flags & MSG_PEEK)) {
+			s->tcp_rx += (uint64_t)n;
+			wsd_stat_add(s->stat, &s->stat->tcp_rx, (uint64_t)n);
+		}
+		if (n > 0)
+			cur_skip(c, (size_t)n);   /* MSG_WAITALL goes on after it */
+	}
+	pthread_mutex_lock(&s->mu);
+	s->plain_waiters--;
+	was = s->accel;
+	publish_rx_ready(s);
+	pthread_mutex_unlock(&s->mu);
+	became_accel(s, was);
+	return n;
+}
+
+/*
+ * A blocking receive found the stream empty before the switch.  Asleep in
+ * a kernel read it would hold RX_READY back until a byte came (a peer that
+ * switched meanwhile would put its proof or bells where that read takes
+ * them for data), and a peer that never sends would never switch, nor ring
+ * us when our own sends wait for room.  So it waits in a peek, which takes
+ * nothing: woken by the stream's data, by the peer's proof, or by the bell
+ * its first ring data rings (RX_READY arms for it), and looks again.  The
+ * kernel's peek keeps SO_RCVTIMEO, SA_RESTART and the reset's report.
+ * 0 to look again, or -errno.
+ */
+static int plain_wait(struct wsd_sock *s)
+{
+	bool ready;
+	char b;
+
+	pthread_mutex_lock(&s->mu);
+	ready = s->rx_ready_sent;
+	pthread_mutex_unlock(&s->mu);
+	if (ready)
+		return 0;   /* published meanwhile: the ring's way waits */
+	if (atomic_load(&s->closed))
+		return -EBADF;
+	if (real.recv(s->fd, &b, 1, MSG_PEEK) < 0)
+		return -errno;
+	/* closed while asleep: the number may be another file's now */
+	return atomic_load(&s->closed) ? -EBADF : 0;
+}
+
 /* One receive without MSG_WAITALL. */
 static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool nonblock)
 {
 	ssize_t n;
-	bool plain, asleep_armed = false;
+	bool plain, uncounted, asleep_armed = false;
 
 	/* an accepted connection's peer may have posted its OPEN since the accept */
 	if (!s->sess && !s->connected_side && !s->tcp_rx) {
@@ -494,38 +571,21 @@ static ssize_t recv_once(struct wsd_sock *s, struct cursor *c, int flags, bool n
 		if (r)
 			return r;
 	}
-	pthread_mutex_lock(&s->mu);
-	plain = !s->rx_ready_sent || s->detached;
-	if (plain)
-		s->plain_waiters++;
-	pthread_mutex_unlock(&s->mu);
-	if (plain) {
-		bool was;
-
-		if (s->detached) {
-			n = -ECONNRESET;
-		} else if (faulted(s->sess)) {
-			pthread_mutex_lock(&s->rx_lock);
-			n = fault_rx(s);
-			pthread_mutex_unlock(&s->rx_lock);
-		} else if ((s->pre || s->rx_skip) && (n = pre_owed(s, c, flags, nonblock)) != 0) {
-			/* the prefix's bytes, or its error */
-		} else {
-			n = kernel_recv(s, c, cur_left(c), flags & ~MSG_WAITALL);
-			if (n > 0 && !(flags & MSG_PEEK)) {
-				s->tcp_rx += (uint64_t)n;
-				wsd_stat_add(s->stat, &s->stat->tcp_rx, (uint64_t)n);
-			}
-			if (n > 0)
-				cur_skip(c, (size_t)n);   /* MSG_WAITALL goes on after it */
-		}
+	for (;;) {
 		pthread_mutex_lock(&s->mu);
-		s->plain_waiters--;
-		was = s->accel;
-		publish_rx_ready(s);
+		plain = !s->rx_ready_sent || s->detached;
+		uncounted = plain && !nonblock && may_wait_uncounted(s);
+		if (plain)
+			s->plain_waiters++;
 		pthread_mutex_unlock(&s->mu);
-		became_accel(s, was);
-		return n;
+		if (!plain)
+			break;
+		n = plain_recv(s, c, flags, nonblock, uncounted);
+		if (n != -EAGAIN || !uncounted)
+			return n;
+		n = plain_wait(s);
+		if (n)
+			return n;
 	}
 	for (;;) {
 		if (atomic_load(&s->closed))
