@@ -72,6 +72,7 @@ int shm_owner_want(const struct sockaddr *addr, socklen_t len, struct shm_owner 
 {
 	int port = shm_addr_port(addr, len);
 
+	memset(o, 0, sizeof(*o));    /* no end of ours known (from_port 0) */
 	if (port <= 0)
 		return -EINVAL;
 	o->port = (unsigned)port;
