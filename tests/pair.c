@@ -136,6 +136,10 @@ void oob_sync(struct tside *s)
 	oob_recv(s, &c, 1);
 }
 
+unsigned pair_peer_uid;
+void (*pair_on_listen)(struct nd_listener *l);
+void (*pair_on_connect)(struct nd_ep *ep);
+
 static int peer_main(struct tside *s, const struct nd_ep_attr *attr, uint16_t port, peer_fn fn,
 		     void *arg)
 {
@@ -146,6 +150,10 @@ static int peer_main(struct tside *s, const struct nd_ep_attr *attr, uint16_t po
 	nd_status st;
 
 	t_is_peer = 1;
+	if (pair_peer_uid && (setgid(pair_peer_uid) || setuid(pair_peer_uid))) {
+		fprintf(stderr, "peer: uid %u: %s\n", pair_peer_uid, strerror(errno));
+		return 89;
+	}
 	if (side_setup(s, attr) < 0)
 		return 90;
 	st = nd_listen(s->ad, (struct sockaddr *)&sa, sizeof(sa), 4, &l);
@@ -153,6 +161,8 @@ static int peer_main(struct tside *s, const struct nd_ep_attr *attr, uint16_t po
 		fprintf(stderr, "peer: listen: %s\n", nd_strstatus(st));
 		return 91;
 	}
+	if (pair_on_listen)
+		pair_on_listen(l);
 	oob_send(s, &ok, 1);
 	st = nd_listen_get_request(l, 10000, &req);
 	if (st != ND_SUCCESS)
@@ -209,6 +219,8 @@ void pair_connect(struct tside *me, const struct nd_ep_attr *attr)
 	char c;
 
 	tside_open(me, attr);
+	if (pair_on_connect)
+		pair_on_connect(me->ep);
 	me->oob_in = oob_in;
 	me->oob_out = oob_out;
 	me->peer = peer;

@@ -49,6 +49,11 @@ void pair_spawn(struct tside *me, peer_fn fn, void *arg, const struct nd_ep_attr
 void pair_connect(struct tside *me, const struct nd_ep_attr *attr);
 /* Wait for the peer; returns its exit status (or 128+signal). */
 int pair_finish(struct tside *me);
+/* Nonzero: the peers pair_spawn forks from now on run as this user and group (root). */
+extern unsigned pair_peer_uid;
+/* When set: called on the peer's listener, and on our endpoint before it connects. */
+extern void (*pair_on_listen)(struct nd_listener *l);
+extern void (*pair_on_connect)(struct nd_ep *ep);
 
 void oob_send(struct tside *s, const void *p, size_t n);
 void oob_recv(struct tside *s, void *p, size_t n);

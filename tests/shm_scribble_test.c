@@ -6,15 +6,19 @@
  * past the producer's head), the consumer's tail, the failure verdict, a
  * window entry held torn or wrapping.  The victim must not crash or hang:
  * the connection fails with ND_CONNECTION_ABORTED, and its connection to
- * an honest peer keeps moving data.
+ * an honest peer keeps moving data.  scribble_copy: the same with the peers
+ * as another user (nobody), paired by copy, where nothing but the rings is
+ * shared (the window cases need RDMA Read, which copy has not).
  */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include "provider/internal.h"
 #include "tests/pair.h"
 #include "provider/shm/shm.h"
 
@@ -102,8 +106,14 @@ static int scribbler(struct tside *s, void *arg)
 	pthread_mutex_lock(&s->ep->ad->lock);
 	scribble(c, (enum kind)go);
 	pthread_mutex_unlock(&s->ep->ad->lock);
-	(void)eventfd_write(c->peer_in_efd, 1);
-	(void)eventfd_write(c->peer_out_efd, 1);
+	if (c->copy) {
+		/* by copy the bells are bytes on the unix socket */
+		(void)send(c->sock, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		(void)send(c->sock, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	} else {
+		(void)eventfd_write(c->peer_in_efd, 1);
+		(void)eventfd_write(c->peer_out_efd, 1);
+	}
 	oob_send(s, &go, 1);
 	oob_recv(s, &go, 1);   /* alive until the victim has judged */
 	return 0;
@@ -141,9 +151,8 @@ static void expect_aborted(struct nd_cq *cq, enum nd_op op)
 	ck_abort_msg("no result for op %d", op);
 }
 
-START_TEST(scribble_one)
+static void scribble_case(enum kind k)
 {
-	enum kind k = (enum kind)_i;
 	struct tside honest, evil;
 	struct nd_sge g;
 	struct nd_mw_descriptor d = { 0, 4096, TOKEN };
@@ -153,7 +162,9 @@ START_TEST(scribble_one)
 	pair_spawn(&evil, scribbler, NULL, NULL);
 	pair_connect(&honest, NULL);
 	pair_connect(&evil, NULL);
-	printf("case %s\n", names[k]);
+	printf("case %s%s\n", names[k], pair_peer_uid ? ", by copy" : "");
+	/* by copy when the peer is another user: nothing shared but the rings */
+	ck_assert(!pair_peer_uid || ((struct shm_conn *)evil.ep->tpriv)->copy);
 	ck_status(nd_ep_receive(evil.ep, NULL, &(struct nd_sge){ evil.buf, 4096, evil.mr }, 1),
 		  ND_SUCCESS);
 	oob_send(&evil, &go, 1);
@@ -195,6 +206,31 @@ START_TEST(scribble_one)
 	tside_close(&evil);
 	tside_close(&honest);
 }
+
+START_TEST(scribble_one)
+{
+	scribble_case((enum kind)_i);
+}
+END_TEST
+
+static void copy_listen(struct nd_listener *l)
+{
+	wsd_listen_other_users(l, true);
+}
+
+static void copy_connect(struct nd_ep *ep)
+{
+	wsd_ep_other_users(ep, true);
+}
+
+/* The peers as nobody, by copy: a hostile user of another uid. */
+START_TEST(scribble_copy)
+{
+	pair_peer_uid = 65534;
+	pair_on_listen = copy_listen;
+	pair_on_connect = copy_connect;
+	scribble_case((enum kind)_i);
+}
 END_TEST
 
 int main(void)
@@ -211,5 +247,6 @@ int main(void)
 	}
 	tc = t_case("scribble", 0, NULL);
 	tcase_add_loop_test(tc, scribble_one, 0, K_COUNT);
+	tcase_add_loop_test(tc, scribble_copy, 0, K_WINDOW_TORN);
 	return t_run("shm_scribble", tc);
 }
