@@ -51,6 +51,12 @@ int wsd_tp_not_taken(void *priv)
 	return -1;
 }
 
+int wsd_tp_no_publish(void *priv, const struct sockaddr *peer, socklen_t len, bool on)
+{
+	(void)priv; (void)peer; (void)len; (void)on;
+	return -EOPNOTSUPP;
+}
+
 int wsd_tp_no_fd_send(struct nd_ep *ep, int fd)
 {
 	(void)ep;
@@ -364,6 +370,23 @@ int wsd_listen_owner(struct nd_listener *l, int tcp_fd)
 			return r;
 	}
 	return 0;
+}
+
+/* 0 when some transport published (or withdrew) the entry, else the first error. */
+int wsd_listen_publish(struct nd_listener *l, const struct sockaddr *peer, socklen_t len, bool on)
+{
+	int ret = -EOPNOTSUPP;
+
+	for (unsigned i = 0; i < l->ad->ntp; i++) {
+		int r;
+
+		if (!l->tpriv[i])
+			continue;
+		r = l->ad->tp[i]->listen_publish(l->tpriv[i], peer, len, on);
+		if (r == 0 || ret == -EOPNOTSUPP)
+			ret = r;
+	}
+	return ret;
 }
 
 /* The first transport whose rendezvous name someone else held: its answer. */

@@ -144,6 +144,11 @@ struct nd_ep {
 	bool other_users;
 	int64_t peer_uid;              /* shm: the peer's uid at connect (-1: not known) */
 	bool no_rdma;                  /* connected so (copy): read, write, bind refused */
+	/*
+	 * shm: made through the rendezvous directory (WSD_RENDEZVOUS_DIR), by
+	 * copy, the peer's process not named (peer_pid 0)
+	 */
+	bool rendezvous;
 	void *tpriv;                   /* the transport's connection state */
 };
 
@@ -157,6 +162,7 @@ struct nd_listener {
 struct nd_conn_request {
 	struct nd_adapter *ad;
 	unsigned tpi;                  /* the transport it came in on */
+	bool rendezvous;               /* shm: it came through the rendezvous directory */
 	unsigned char data[256];
 	size_t len;
 	void *tpriv;
@@ -199,6 +205,13 @@ struct nd_transport {
 	 * that it took an alternate one?  -1 no; else the holder's uid.
 	 */
 	int (*listen_taken)(void *priv);
+	/*
+	 * Publish (on) or withdraw, for a connection the program accepted
+	 * from peer, the entry that leads a connector of another network
+	 * namespace to this listener (shm: the rendezvous directory);
+	 * -EOPNOTSUPP where the transport has no such rendezvous.
+	 */
+	int (*listen_publish)(void *priv, const struct sockaddr *peer, socklen_t len, bool on);
 	int (*listen_fd)(void *priv);
 	/* returns 0, -ETIMEDOUT, or -errno; fills req */
 	int (*listen_get)(struct nd_listener *l, void *priv, int timeout_ms,
@@ -241,6 +254,7 @@ WSD_HIDDEN void wsd_tp_none_free(void *priv);
 WSD_HIDDEN int wsd_tp_none_mr(void *adpriv, struct nd_mr *mr, void **priv);
 WSD_HIDDEN int wsd_tp_no_owner(void *priv, int tcp_fd);
 WSD_HIDDEN int wsd_tp_not_taken(void *priv);
+WSD_HIDDEN int wsd_tp_no_publish(void *priv, const struct sockaddr *peer, socklen_t len, bool on);
 WSD_HIDDEN int wsd_tp_no_fd_send(struct nd_ep *ep, int fd);
 WSD_HIDDEN int wsd_tp_no_fd_take(struct nd_ep *ep);
 WSD_HIDDEN nd_status wsd_tp_unchecked(struct nd_ep *ep, uint64_t addr, uint64_t len,
@@ -261,6 +275,9 @@ WSD_HIDDEN void wsd_caps_meet(struct nd_adapter_info *a, const struct nd_adapter
  */
 WSD_HIDDEN int wsd_listen_owner(struct nd_listener *l, int tcp_fd);
 WSD_HIDDEN int wsd_listen_taken(struct nd_listener *l);
+/* ...(SIO_WSP_PUBLISH, SIO_WSP_UNPUBLISH): every transport's listen_publish */
+WSD_HIDDEN int wsd_listen_publish(struct nd_listener *l, const struct sockaddr *peer,
+				  socklen_t len, bool on);
 WSD_HIDDEN void wsd_ep_owner_check(struct nd_ep *ep, bool on, uint16_t tcp_port);
 /* ...and our end of the TCP connection (NULL: not known) */
 WSD_HIDDEN void wsd_ep_owner_from(struct nd_ep *ep, const struct sockaddr *from, socklen_t len);

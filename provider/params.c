@@ -35,6 +35,10 @@ static const struct wsd_param params[] = {
 	{ "WSD_CONF", "path", "/etc/wsd.conf",
 	  "the policy file: which connections the switch may accelerate (wsd.conf(5)); "
 	  "empty: none" },
+	{ "WSD_RENDEZVOUS_DIR", "path", "",
+	  "a directory the host shares with its containers, where registries publish how "
+	  "a connector of another network namespace reaches them (wsd-protocol(7)); empty: "
+	  "none, each namespace on its own" },
 	{ "WSD_SWITCH_RING", "integer", "0",
 	  "bytes in each connection's receive ring (power of two, 16 KiB to 64 MiB; 0: 8 MiB "
 	  "on shm, a sender's window growing into it while it streams, 256 KiB on verbs)" },

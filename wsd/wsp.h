@@ -158,6 +158,13 @@ typedef void (*LPWSAOVERLAPPED_COMPLETION_ROUTINE)(uint32_t error, uint32_t byte
  * show that connection's other end instead (shm).
  */
 #define SO_WSP_TCP_FROM         0x7107
+/*
+ * Connected socket, read-only: 1 when the connection was made through the
+ * rendezvous directory (WSD_RENDEZVOUS_DIR), from or to another network
+ * namespace (shm): by copy whatever the users, and the peer's process
+ * unnamed (SO_WSP_PEER_PID fails); else 0.
+ */
+#define SO_WSP_RENDEZVOUS       0x7108
 
 #define SD_RECEIVE 0
 #define SD_SEND    1
@@ -290,6 +297,15 @@ int WSPGetOverlappedResult(SOCKET s, WSAOVERLAPPED *lpOverlapped, uint32_t *lpcb
  */
 #define SIO_WSP_SEND_FD   0x58000002u
 #define SIO_WSP_RECV_FD   0x58000003u
+/*
+ * Listening socket, shm with a rendezvous directory: publish (or withdraw)
+ * the entry that leads a connector of another network namespace whose end
+ * of a TCP connection is the address given (in: a struct sockaddr_in or
+ * sockaddr_in6) to this listener; WSAEOPNOTSUPP without a directory,
+ * WSAEADDRINUSE when another user's entry holds the name.
+ */
+#define SIO_WSP_PUBLISH   0x58000004u
+#define SIO_WSP_UNPUBLISH 0x58000005u
 
 /* ---- memory ------------------------------------------------------------ */
 

@@ -248,10 +248,15 @@ static int addr_is_local(const struct sockaddr *addr, socklen_t len)
 /* Lock taken here: the connection goes live and joins its CQs' sleep sets. */
 static nd_status conn_go_live(struct nd_ep *ep, struct shm_conn *c, const struct shm_ctl *m)
 {
-	c->pidfd = wsd_fault("shm-pidfd", NULL) ? -1 : (int)syscall(SYS_pidfd_open, c->peer_pid, 0);
-	if (c->pidfd < 0)
-		return ND_CONNECTION_ABORTED;
+	/* by copy nothing needs the peer's process (its pid may be unknown: rendezvous) */
+	if (!c->copy || c->peer_pid > 0) {
+		c->pidfd = wsd_fault("shm-pidfd", NULL) ? -1 :
+			   (int)syscall(SYS_pidfd_open, c->peer_pid, 0);
+		if (c->pidfd < 0 && !c->copy)
+			return ND_CONNECTION_ABORTED;
+	}
 	ep->peer_pid = (uint32_t)c->peer_pid;
+	ep->rendezvous = c->rdv;
 	ep->peer_uid = c->peer_uid;
 	ep->no_rdma = c->copy;
 	c->peer_read_limit = m->read_limit;
@@ -378,7 +383,7 @@ static nd_status connect_prove(struct nd_ep *ep, struct shm_conn *c,
 							       setup_status(ret);
 	/* blocking as before from here; every wait below polls with a deadline */
 	(void)fcntl(c->sock, F_SETFL, 0);
-	ret = shm_peer_uid_ok(c->sock, &c->peer_pid, &c->peer_uid, ep->other_users);
+	ret = shm_peer_uid_ok(c->sock, &c->peer_pid, &c->peer_uid, ep->other_users, false);
 	c->copy = ret == 0 && c->peer_uid != geteuid();
 	if (ret == 0 && c->copy)
 		ret = shm_prove_copy(c->sock, owner, wsd_ms_left(name_end));
@@ -461,6 +466,43 @@ static nd_status connect_find(struct nd_ep *ep, struct shm_conn *c, const struct
 	return a == ND_SUCCESS || st == ND_NOT_SUPPORTED ? a : st;
 }
 
+/*
+ * Another network namespace's registry, through the rendezvous directory
+ * (rdv.c): the entry published for our end of the connection (owner_from,
+ * SO_WSP_TCP_FROM), by copy whatever the user, its pid unused.  No owner
+ * check (sock_diag sees only our namespace): the directory's writers are
+ * who a connector trusts here, and the entry's owner must be the
+ * registry's user.  ND_NOT_SUPPORTED when nothing is published for us.
+ */
+static nd_status connect_rdv(struct nd_ep *ep, struct shm_conn *c, int64_t deadline)
+{
+	uid_t owner = 0;
+	int ret, sock;
+
+	if (!ep->owner_from_len)
+		return ND_NOT_SUPPORTED;
+	sock = shm_rdv_find((const struct sockaddr *)&ep->owner_from, ep->owner_from_len,
+			    deadline, &owner);
+	if (sock < 0)
+		return sock == -ENOENT || sock == -ECONNREFUSED ? ND_NOT_SUPPORTED :
+		       sock == -EACCES ? ND_ACCESS_DENIED : setup_status(sock);
+	if (c->sock >= 0)
+		close(c->sock);
+	c->sock = sock;
+	(void)fcntl(c->sock, F_SETFL, 0);
+	ret = shm_peer_uid_ok(c->sock, &c->peer_pid, &c->peer_uid, ep->other_users, true);
+	if (ret == 0 && c->peer_uid != owner)
+		ret = -EACCES;   /* the entry is not its registry's */
+	c->copy = c->rdv = true;
+	c->peer_pid = 0;      /* nothing by pid across namespaces */
+	if (ret == 0)
+		ret = shm_prove_copy(c->sock, NULL, wsd_ms_left(sooner(deadline,
+								  wsd_now_ms() + SHM_NAME_MS)));
+	if (ret == -EACCES)
+		count_refusal(ep->ad);
+	return ret < 0 ? setup_status(ret) : ND_SUCCESS;
+}
+
 static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, socklen_t len,
 			    const void *priv, size_t plen, int timeout_ms)
 {
@@ -488,7 +530,11 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 			owner.from_port = f.port;
 		}
 	}
-	if (!addr_is_local(addr, len))
+	char dir[108];
+	bool local = addr_is_local(addr, len);
+	bool rdv = ep->owner_from_len && shm_rdv_dir(dir, sizeof(dir)) == 0;
+
+	if (!local && !rdv)
 		return ND_NOT_SUPPORTED;   /* another host: not ours to serve */
 	c = conn_new();
 	if (!c)
@@ -516,7 +562,11 @@ static nd_status connect_op(struct nd_ep *ep, const struct sockaddr *addr, sockl
 		st = wsd_nd_from_errno(ret);
 		goto fail;
 	}
-	st = connect_find(ep, c, addr, len, have_owner ? &owner : NULL, deadline);
+	st = local ? connect_find(ep, c, addr, len, have_owner ? &owner : NULL, deadline) :
+		     ND_NOT_SUPPORTED;
+	/* nobody here: another namespace's registry may have published for us */
+	if (st == ND_NOT_SUPPORTED && rdv)
+		st = connect_rdv(ep, c, deadline);
 	if (st != ND_SUCCESS)
 		goto fail;
 	{
@@ -615,6 +665,7 @@ static nd_status accept_op(struct nd_ep *ep, struct nd_conn_request *req, const 
 	c->peer_pid = r->pid;
 	c->peer_uid = r->uid;
 	c->copy = r->copy;
+	c->rdv = r->rdv;
 	r->sock = r->in_efd = r->out_efd = -1;
 	st = conn_go_live(ep, c, &hello);
 	if (st == ND_SUCCESS) {
@@ -685,6 +736,7 @@ const struct nd_transport wsd_transport_shm = {
 	.listen_close = shm_listen_close,
 	.listen_owner = shm_listen_owner,
 	.listen_taken = shm_listen_taken,
+	.listen_publish = shm_listen_publish,
 	.listen_fd = shm_listen_fd,
 	.listen_get = shm_listen_get,
 	.request_reject = shm_request_reject,

@@ -28,6 +28,12 @@
  * until nd_ep_accept.  Whatever is turned away is counted by why in
  * l->refused, which the switch reads (wsd_listen_refused).
  *
+ * With a rendezvous directory (rdv.c), the listener also listens on a
+ * pathname socket there, for connectors of other network namespaces.
+ * Those pair by copy whatever their user, and nothing is done by their
+ * pid, which SO_PEERCRED gives as 0 across pid namespaces (their share of
+ * the slots is that of pid 0 then, a larger one).
+ *
  * The listener's pollable fd is an epoll set holding the socket and every
  * pending connection, so a waiter wakes for either; shm_listen_get itself
  * polls them, straight to the kernel.
@@ -62,6 +68,7 @@ struct pending {
 	pid_t pid;
 	uid_t uid;
 	bool copy;                   /* another user's: proves nothing, gets the listener */
+	bool rdv;                    /* through the rendezvous directory */
 	enum pstate state;
 	int64_t deadline;
 	struct shm_nonce nonce;
@@ -79,6 +86,9 @@ struct shm_listener {
 	atomic_flag alt_named;       /* the alternate name is bound (or being bound) */
 	int epfd;
 	bool fd_watched;             /* the socket is in epfd */
+	int rdv_fd;                  /* the socket in the rendezvous directory, or -1 */
+	pid_t rdv_owner;             /* the process that bound it, and unlinks it */
+	char rdv_path[108];
 	int npending;
 	struct pending *p[PENDING_MAX];
 };
@@ -104,6 +114,33 @@ int shm_sock_name(const struct sockaddr *addr, socklen_t len, struct sockaddr_un
 	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "wsd-nd.%d", port);
 	*unlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 	return 0;
+}
+
+/*
+ * The rendezvous directory's socket, when one is configured: watched as the
+ * usual one is.  Its failure leaves this namespace's way as it was.
+ */
+static void rdv_open(struct shm_listener *sl)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = sl };
+	int fd = shm_rdv_listen(sl->port, sl->backlog, sl->rdv_path, sizeof(sl->rdv_path));
+
+	if (fd < 0) {
+		if (fd != -ENOENT)
+			wsd_debug("shm: no rendezvous socket for port %u: %s", sl->port,
+				  strerror(-fd));
+		return;
+	}
+	wsd_fd_named(fd, true);
+	if (epoll_ctl(sl->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		wsd_fd_named(fd, false);
+		unlink(sl->rdv_path);
+		close(fd);
+		return;
+	}
+	sl->rdv_fd = fd;
+	sl->rdv_owner = getpid();
+	wsd_debug("shm: registry for port %u also at %s", sl->port, sl->rdv_path);
 }
 
 /* Listen on the bound socket and watch it: connectors may come from now on. */
@@ -141,6 +178,7 @@ int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 	atomic_flag_clear(&sl->alt_named);
 	sl->port = (unsigned)shm_addr_port(addr, len);
 	sl->backlog = backlog;
+	sl->rdv_fd = -1;
 	sl->epfd = epoll_create1(EPOLL_CLOEXEC);
 	sl->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	ret = sl->epfd < 0 || sl->fd < 0 ? -errno : 0;
@@ -159,6 +197,7 @@ int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 			sl->taken = true;
 			wsd_debug("shm: registry name wsd-nd.%u held by uid %d: an alternate name "
 				  "once the TCP listener is known", sl->port, sl->holder);
+			rdv_open(sl);
 			*priv = sl;
 			return 0;
 		}
@@ -175,6 +214,7 @@ int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
 		free(sl);
 		return ret;
 	}
+	rdv_open(sl);
 	*priv = sl;
 	return 0;
 }
@@ -245,6 +285,12 @@ void shm_listen_close(void *priv)
 
 	while (sl->npending)
 		pending_drop(sl, 0);
+	if (sl->rdv_fd >= 0) {
+		wsd_fd_named(sl->rdv_fd, false);
+		close(sl->rdv_fd);
+		if (sl->rdv_owner == getpid())   /* a fork child's copy is not the name */
+			unlink(sl->rdv_path);
+	}
 	wsd_fd_named(sl->fd, false);
 	close(sl->fd);
 	close(sl->epfd);
@@ -276,6 +322,15 @@ int shm_listen_taken(void *priv)
 	return sl->taken ? sl->holder : -1;
 }
 
+int shm_listen_publish(void *priv, const struct sockaddr *peer, socklen_t len, bool on)
+{
+	struct shm_listener *sl = priv;
+
+	if (sl->rdv_fd < 0 || sl->rdv_owner != getpid())
+		return -EOPNOTSUPP;
+	return shm_rdv_publish(sl->rdv_path, peer, len, on);
+}
+
 int shm_listen_fd(void *priv)
 {
 	return ((struct shm_listener *)priv)->epfd;
@@ -289,6 +344,16 @@ static void count_refusal(struct nd_listener *l, enum wsd_lrefused why)
 		l->ad->refused_access++;
 		pthread_mutex_unlock(&l->ad->lock);
 	}
+}
+
+/*
+ * A process's share of the slots: those the kernel could not name (pid 0,
+ * another pid namespace's, through the rendezvous directory) share a
+ * larger one.
+ */
+static int share_of(pid_t pid)
+{
+	return pid > 0 ? PENDING_PER_PID : PENDING_MAX / 2;
 }
 
 /* The slots process pid holds. */
@@ -331,18 +396,18 @@ static int pending_victim(const struct shm_listener *sl, int held)
  * Take the connectors waiting, TAKE_BATCH at most: each one's uid checked
  * first, then its process's share, then a slot made for it if need be.
  */
-static void take_new(struct nd_listener *l, struct shm_listener *sl)
+static void take_new(struct nd_listener *l, struct shm_listener *sl, int lfd, bool rdv)
 {
 	for (int k = 0; k < TAKE_BATCH; k++) {
 		struct epoll_event ev = { .events = EPOLLIN };
 		struct pending *p;
 		pid_t pid;
 		uid_t uid;
-		int held, ret, sock = accept4(sl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		int held, ret, sock = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 		if (sock < 0)
 			return;   /* EAGAIN, or a connector gone already */
-		ret = shm_peer_uid_ok(sock, &pid, &uid, atomic_load(&l->other_users));
+		ret = shm_peer_uid_ok(sock, &pid, &uid, atomic_load(&l->other_users), rdv);
 		if (ret < 0) {
 			if (ret == -EACCES) {
 				count_refusal(l, WSD_LREF_USER);
@@ -352,7 +417,7 @@ static void take_new(struct nd_listener *l, struct shm_listener *sl)
 			continue;
 		}
 		held = held_by(sl, pid);
-		if (held < PENDING_PER_PID && sl->npending == PENDING_MAX) {
+		if (held < share_of(pid) && sl->npending == PENDING_MAX) {
 			int v = pending_victim(sl, held);
 
 			if (v >= 0) {
@@ -361,7 +426,7 @@ static void take_new(struct nd_listener *l, struct shm_listener *sl)
 				pending_drop(sl, v);
 			}
 		}
-		if (held >= PENDING_PER_PID || sl->npending == PENDING_MAX) {
+		if (held >= share_of(pid) || sl->npending == PENDING_MAX) {
 			count_refusal(l, WSD_LREF_PEER);
 			/* no room now, which the connector tells from nobody there */
 			shm_reject(sock, SHM_REJECT, ND_NO_MORE_ENTRIES);
@@ -378,7 +443,8 @@ static void take_new(struct nd_listener *l, struct shm_listener *sl)
 		p->sock = sock;
 		p->pid = pid;
 		p->uid = uid;
-		p->copy = uid != geteuid();
+		p->copy = uid != geteuid() || rdv;
+		p->rdv = rdv;
 		p->state = P_PROVE;
 		p->deadline = wsd_now_ms() + SHM_PROOF_MS;
 		sl->p[sl->npending++] = p;
@@ -449,7 +515,8 @@ static int prove_copy(struct nd_listener *l, struct shm_listener *sl, struct pen
 		return -EPROTO;
 	}
 	p->state = P_ECHO;
-	tcp = tcp_listener_handle(sl);
+	/* a connector of another network namespace could not check it (sock_diag) */
+	tcp = p->rdv ? -1 : tcp_listener_handle(sl);
 	ret = shm_send_ctl(p->sock, &ack, &tcp, tcp >= 0 ? 1 : 0);
 	if (tcp >= 0)
 		close(tcp);
@@ -518,9 +585,10 @@ static int pending_step(struct nd_listener *l, struct shm_listener *sl, struct p
 		/* blocking from here: accept and reject run their own timeouts */
 		(void)fcntl(p->sock, F_SETFL, 0);
 		r->sock = p->sock;
-		r->pid = p->pid;
+		r->pid = p->rdv ? 0 : p->pid;   /* nothing by pid across namespaces */
 		r->uid = p->uid;
 		r->copy = p->copy;
+		r->rdv = p->rdv;
 		r->memfd = fds[0];
 		r->in_efd = fds[1];
 		r->out_efd = fds[2];
@@ -537,7 +605,7 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 	int64_t deadline = timeout_ms < 0 ? -1 : wsd_now_ms() + timeout_ms;
 
 	for (;;) {
-		struct pollfd pf[PENDING_MAX + 1];
+		struct pollfd pf[PENDING_MAX + 2];
 		struct pending *who[PENDING_MAX];
 		int64_t now = wsd_now_ms(), first = deadline;
 		int n, np, wait;
@@ -565,11 +633,13 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 			who[i] = sl->p[i];
 			pf[1 + i] = (struct pollfd){ .fd = who[i]->sock, .events = POLLIN };
 		}
-		n = wsd_wait_fds(pf, (unsigned)np + 1, wait);
+		pf[1 + np] = (struct pollfd){ .fd = sl->rdv_fd, .events = POLLIN };
+		n = wsd_wait_fds(pf, (unsigned)np + 2, wait);
 		if (n < 0)
 			return -errno;
 		/* taken after the steps: a newcomer must not take the slot of one ready to go on */
 		bool take = n > 0 && pf[0].revents;
+		bool take_rdv = n > 0 && sl->rdv_fd >= 0 && pf[1 + np].revents;
 
 		for (int k = 0; n > 0 && k < np; k++) {
 			struct shm_request *r;
@@ -589,6 +659,7 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 				/* the request owns the socket now */
 				epoll_ctl(sl->epfd, EPOLL_CTL_DEL, r->sock, NULL);
 				pending_remove(sl, i);
+				req->rendezvous = r->rdv;
 				req->len = r->hello.plen;
 				memcpy(req->data, r->hello.priv, r->hello.plen);
 				req->tpriv = r;
@@ -599,7 +670,9 @@ int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 				pending_drop(sl, i);
 		}
 		if (take)
-			take_new(l, sl);
+			take_new(l, sl, sl->fd, false);
+		if (take_rdv)
+			take_new(l, sl, sl->rdv_fd, true);
 		if (deadline >= 0 && wsd_now_ms() >= deadline)
 			return -ETIMEDOUT;
 	}

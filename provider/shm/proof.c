@@ -49,16 +49,17 @@ static void random_bytes(void *p, size_t n)
 
 /*
  * The peer runs as our effective user, or other_ok; its pid and uid as the
- * kernel saw them.  0 or -EACCES.
+ * kernel saw them.  0 or -EACCES.  A pid of 0 (a process of a pid namespace
+ * we cannot see) only where no_pid_ok: nothing is then done by pid.
  */
-int shm_peer_uid_ok(int sock, pid_t *pid, uid_t *uid, bool other_ok)
+int shm_peer_uid_ok(int sock, pid_t *pid, uid_t *uid, bool other_ok, bool no_pid_ok)
 {
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
 
 	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
 		return -errno;
-	if ((cr.uid != geteuid() && !other_ok) || cr.pid <= 0)
+	if ((cr.uid != geteuid() && !other_ok) || cr.pid < 0 || (cr.pid == 0 && !no_pid_ok))
 		return -EACCES;
 	*pid = cr.pid;
 	*uid = cr.uid;

@@ -153,6 +153,7 @@ struct shm_conn {
 	pid_t peer_pid;
 	uid_t peer_uid;
 	bool copy;                           /* another user: no RDMA, bells on sock */
+	bool rdv;                            /* through the rendezvous directory (rdv.c) */
 	int fds[SHM_FDS_MAX];                /* copy: descriptors the peer handed us, in order */
 	unsigned nfds;
 	void *map;
@@ -201,7 +202,7 @@ struct shm_nonce {
 	uint8_t *page;                       /* a page of its own, at a random address */
 	uint8_t *at;                         /* the nonce in it */
 };
-WSD_HIDDEN int shm_peer_uid_ok(int sock, pid_t *pid, uid_t *uid, bool other_ok);
+WSD_HIDDEN int shm_peer_uid_ok(int sock, pid_t *pid, uid_t *uid, bool other_ok, bool no_pid_ok);
 WSD_HIDDEN int shm_nonce_new(struct shm_nonce *n);
 WSD_HIDDEN void shm_nonce_free(struct shm_nonce *n);
 WSD_HIDDEN int shm_nonce_read(pid_t pid, uint64_t addr, uint8_t out[SHM_NONCE]);
@@ -250,6 +251,7 @@ struct shm_request {
 	pid_t pid;
 	uid_t uid;
 	bool copy;
+	bool rdv;                            /* came through the rendezvous directory */
 	struct shm_ctl hello;
 };
 WSD_HIDDEN int shm_listen(struct nd_listener *l, void **priv, const struct sockaddr *addr,
@@ -257,6 +259,7 @@ WSD_HIDDEN int shm_listen(struct nd_listener *l, void **priv, const struct socka
 WSD_HIDDEN void shm_listen_close(void *priv);
 WSD_HIDDEN int shm_listen_owner(void *priv, int tcp_fd);
 WSD_HIDDEN int shm_listen_taken(void *priv);
+WSD_HIDDEN int shm_listen_publish(void *priv, const struct sockaddr *peer, socklen_t len, bool on);
 WSD_HIDDEN int shm_listen_fd(void *priv);
 WSD_HIDDEN int shm_listen_get(struct nd_listener *l, void *priv, int timeout_ms,
 			      struct nd_conn_request *req);
@@ -265,6 +268,15 @@ WSD_HIDDEN void shm_request_free(struct shm_request *r);
 WSD_HIDDEN int shm_addr_port(const struct sockaddr *addr, socklen_t len);
 WSD_HIDDEN int shm_sock_name(const struct sockaddr *addr, socklen_t len,
 			     struct sockaddr_un *un, socklen_t *unlen);
+
+/* rdv.c: the rendezvous directory, across network namespaces */
+WSD_HIDDEN int shm_rdv_dir(char *dir, size_t n);
+WSD_HIDDEN int shm_rdv_entry(const struct sockaddr *a, socklen_t len, char *name, size_t n);
+WSD_HIDDEN int shm_rdv_listen(unsigned port, int backlog, char *path, size_t n);
+WSD_HIDDEN int shm_rdv_publish(const char *lpath, const struct sockaddr *peer, socklen_t len,
+			       bool on);
+WSD_HIDDEN int shm_rdv_find(const struct sockaddr *from, socklen_t len, int64_t deadline,
+			    uid_t *owner);
 
 /* conn.c: the sleeper's half of the doorbell protocol */
 WSD_HIDDEN uint32_t shm_features(void);

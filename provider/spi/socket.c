@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 #include <sys/epoll.h>
 
 #include "provider/spi/spi.h"
@@ -197,7 +198,10 @@ static int ask_condition(struct wsp_socket *s, struct nd_conn_request *req,
 	char caller[256];
 	size_t n = sizeof(caller);
 	WSABUF caller_data = { 0, caller };
-	WSABUF caller_id = { 0, NULL };
+	/* through the rendezvous directory: an AF_UNIX caller, from another namespace */
+	struct sockaddr_un via = { .sun_family = AF_UNIX };
+	WSABUF caller_id = { req->rendezvous ? (uint32_t)sizeof(via) : 0,
+			     req->rendezvous ? (char *)&via : NULL };
 	WSABUF callee_id = { (uint32_t)s->local_len, (char *)&s->local };
 	unsigned g = 0;
 	int v;
@@ -466,6 +470,11 @@ int WSPGetSockOpt(SOCKET h, int level, int name, void *val, socklen_t *len, int 
 	case SO_WSP_PEER_USERS:
 		v = s->peer_users;
 		break;
+	case SO_WSP_RENDEZVOUS:
+		pthread_mutex_lock(&s->pv->lock);
+		v = s->state == S_CONNECTED && s->ep ? s->ep->rendezvous : 0;
+		pthread_mutex_unlock(&s->pv->lock);
+		break;
 	case SO_WSP_PEER_UID: {
 		int64_t uid;
 
@@ -611,6 +620,25 @@ static int pass_fd(struct wsp_socket *s, uint32_t code, void *in, uint32_t inlen
 	return 0;
 }
 
+/* SIO_WSP_PUBLISH, SIO_WSP_UNPUBLISH: a listener's entry for a peer, in the transports'. */
+static int publish(struct wsp_socket *s, bool on, const void *in, uint32_t inlen, int *err)
+{
+	struct sockaddr_storage peer;
+	int r;
+
+	if (!in || inlen < sizeof(sa_family_t) || inlen > sizeof(peer))
+		return fail_with(s, WSAEFAULT, err);
+	memcpy(&peer, in, inlen);
+	if (s->state != S_LISTENING || !s->l)
+		return fail_with(s, WSAEINVAL, err);
+	r = wsd_listen_publish(s->l, (const struct sockaddr *)&peer, inlen, on);
+	if (r < 0)
+		return fail_with(s, r == -EOPNOTSUPP ? WSAEOPNOTSUPP :
+				    r == -EEXIST ? WSAEADDRINUSE : WSAEINVAL, err);
+	wsp_sock_put(s);
+	return 0;
+}
+
 int WSPIoctl(SOCKET h, uint32_t code, void *in, uint32_t inlen, void *out, uint32_t outlen,
 	     uint32_t *returned, WSAOVERLAPPED *ov, LPWSAOVERLAPPED_COMPLETION_ROUTINE routine,
 	     WSATHREADID *tid, int *err)
@@ -626,6 +654,8 @@ int WSPIoctl(SOCKET h, uint32_t code, void *in, uint32_t inlen, void *out, uint3
 		return fail_with(s, WSAEINVAL, err);
 	if (code == SIO_WSP_SEND_FD || code == SIO_WSP_RECV_FD)
 		return pass_fd(s, code, in, inlen, out, outlen, returned, err);
+	if (code == SIO_WSP_PUBLISH || code == SIO_WSP_UNPUBLISH)
+		return publish(s, code == SIO_WSP_PUBLISH, in, inlen, err);
 	if (code != SIO_WSP_TRANSPORT)
 		return fail_with(s, WSAEINVAL, err);
 	name = s->ep ? nd_ep_transport(s->ep) : NULL;

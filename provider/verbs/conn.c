@@ -777,6 +777,7 @@ const struct nd_transport wsd_transport_verbs = {
 	.listen_close = listen_close_op,
 	.listen_owner = wsd_tp_no_owner,   /* no registry process: nothing to name */
 	.listen_taken = wsd_tp_not_taken,  /* rdma_cm ports: no shared names to squat */
+	.listen_publish = wsd_tp_no_publish,   /* rdma_cm reaches across namespaces itself */
 	.listen_fd = listen_fd_op,
 	.listen_get = listen_get_op,
 	.request_reject = request_reject_op,
