@@ -275,6 +275,7 @@ static void server_attach(struct wsd_sock *s, const struct request *q)
 	if (ss->proof_waived)
 		atomic_store(&s->proven, true);
 	wsd_session_attach_new(s, ss);
+	accept_publish(s, false);   /* upgraded: nobody else is to find it */
 	return;
 no:
 	answer_no(q, why);
@@ -349,10 +350,66 @@ static bool closed_lately(const struct wsd_tuple *t)
 	return false;
 }
 
+/*
+ * The rendezvous directory (WSD_RENDEZVOUS_DIR): an accepted connection's
+ * entry, published through its port's registry at the accept so that a
+ * client in another network namespace finds us by its own end, and
+ * withdrawn once it upgraded or closed.
+ */
+void accept_publish(struct wsd_sock *s, bool on)
+{
+	struct sockaddr_storage peer;
+	socklen_t len;
+
+	if (on == s->rdv_published)
+		return;
+	if (on && (!*wsd_param_str("WSD_RENDEZVOUS_DIR") || s->listening || s->connected_side ||
+		   !wsd_stat_own(s->stat) || learn_tuple(s)))
+		return;
+	len = peer_addr(s, &peer);
+	if (registry_publish(s->stat->local.port, (const struct sockaddr *)&peer, len, on) == 0 ||
+	    !on)
+		s->rdv_published = on;
+}
+
+/*
+ * Through the rendezvous directory the request's server end is the address
+ * the client dialled, which a DNAT rule may have changed on the way: the
+ * connection is the one we published for its client end, on port.
+ */
+static void match_client(int fd, struct wsd_sock *s, void *arg)
+{
+	struct find *f = arg;
+
+	(void)fd;
+	if (f->found || !s->rdv_published || s->listening || s->connected_side ||
+	    !wsd_stat_own(s->stat) || !s->tuple_known)
+		return;
+	if (s->stat->local.port == f->t->server.port && same(&s->stat->peer, &f->t->client)) {
+		wsd_sock_hold(s);
+		f->found = s;
+	}
+}
+
+bool accept_rdv_server(struct wsd_tuple *t, uint16_t port)
+{
+	struct wsd_tuple want = *t;
+	struct find f = { &want, NULL };
+
+	want.server.port = port;
+	wsd_fd_each(match_client, &f);
+	if (!f.found)
+		return false;
+	t->server = f.found->stat->local;
+	wsd_sock_put(f.found);
+	return true;
+}
+
 void wsd_upgrade_accepted_closed(struct wsd_sock *s)
 {
 	struct closed_tuple *c;
 
+	accept_publish(s, false);
 	if (s->listening || s->connected_side || s->sess || !s->tuple_known ||
 	    !wsd_stat_own(s->stat))
 		return;
@@ -810,6 +867,8 @@ void wsd_upgrade_accepted(struct wsd_sock *s)
 	 */
 	if (wsd_switch_params()->enabled && policy_check(s) == POLICY_TCP)
 		set_reason(s, R_POLICY);
+	else if (wsd_switch_params()->enabled && !s->no_upgrade)
+		accept_publish(s, true);
 	wsd_upgrade_box(s);
 
 	pthread_mutex_lock(&pend_lock);

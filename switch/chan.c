@@ -179,7 +179,15 @@ struct wsd_chan *wsd_chan_new(SOCKET ws, enum wsd_path path, bool connector,
 	if (path == PATH_SHM) {
 		int64_t uid = wsd_chan_sock_uid(ws);
 
-		ch->copy = uid >= 0 && uid != (int64_t)geteuid();
+		int rdv = 0, err;
+		socklen_t len = sizeof(rdv);
+
+		/* through the rendezvous directory: by copy whatever the users (no pid to use) */
+		(void)wsd_spi()->lpWSPGetSockOpt(ws, SOL_WSP, SO_WSP_RENDEZVOUS, (char *)&rdv, &len,
+						 &err);
+		ch->copy = (uid >= 0 && uid != (int64_t)geteuid()) || rdv == 1;
+		/* nothing goes before the stream's proof there: no first bytes by mailbox */
+		ch->no_box = rdv == 1;
 	}
 	if (chan_seg_add(ch, ch->ring, path == PATH_SHM ? SHM_SLOTS : VERBS_SLOTS)) {
 		ch->ws = INVALID_SOCKET;   /* still the caller's */

@@ -270,6 +270,16 @@ bool peer_user_ok(SOCKET ws)
 	return uid < 0 || wsd_policy_user_ok(wsd_policy_get(), (uint32_t)uid, (uint32_t)geteuid());
 }
 
+/* Was SPI socket ws connected through the rendezvous directory (SO_WSP_RENDEZVOUS)? */
+static bool chan_rdv(SOCKET ws)
+{
+	int rdv = 0, err;
+	socklen_t len = sizeof(rdv);
+
+	return !procs.lpWSPGetSockOpt(ws, SOL_WSP, SO_WSP_RENDEZVOUS, (char *)&rdv, &len, &err) &&
+	       rdv == 1;
+}
+
 /*
  * A new channel to the registry at to (the channel's key: key): a new SPI
  * connection, HELLO (for the connection t names, or for none: its client
@@ -338,7 +348,12 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 		refused_for_each(key, t, *why);
 		return NULL;
 	}
-	ch = wsd_chan_new(ws, path_of(ws), true, key);
+	/*
+	 * Made through the rendezvous directory, for this connection alone:
+	 * found by no later one (whose address, a DNAT rule's service address
+	 * perhaps, may lead to another process), so no mailbox either.
+	 */
+	ch = wsd_chan_new(ws, path_of(ws), true, chan_rdv(ws) ? NULL : key);
 	if (!ch) {
 		procs.lpWSPCloseSocket(ws, &err);
 		return NULL;

@@ -70,6 +70,7 @@ struct reg {
 /* What the acceptor's condition function learnt of the request it took. */
 struct acceptor_req {
 	uint16_t port;               /* the registry's */
+	bool rdv;                    /* through the rendezvous directory (an AF_UNIX caller) */
 	struct wsd_tuple t;
 };
 
@@ -165,6 +166,23 @@ bool registry_boxes(uint16_t port)
 	return boxes;
 }
 
+int registry_publish(uint16_t port, const struct sockaddr *peer, socklen_t len, bool on)
+{
+	int ret = -1, err;
+
+	pthread_mutex_lock(&up_lock);
+	for (struct reg *r = regs; r; r = r->next)
+		if (r->port == port && !r->side_port && !r->handed &&
+		    !atomic_load(&r->closed_at)) {
+			ret = procs.lpWSPIoctl(r->ls, on ? SIO_WSP_PUBLISH : SIO_WSP_UNPUBLISH,
+					       (void *)peer, len, NULL, 0, NULL, NULL, NULL,
+					       NULL, &err) ? -1 : 0;
+			break;
+		}
+	pthread_mutex_unlock(&up_lock);
+	return ret;
+}
+
 /*
  * The acceptor's condition function: a request is taken only when its
  * connect data names a TCP connection to this listener's port.  Another
@@ -179,10 +197,17 @@ static int on_request(WSABUF *caller_id, WSABUF *caller_data, void *sqos, void *
 	const char *why;
 
 	callee_data->len = 0;
+	/*
+	 * Through the rendezvous directory the server end is the one the
+	 * client dialled, a DNAT rule's service address perhaps: the acceptor
+	 * puts ours in its place (accept_rdv_server), by the client end.
+	 */
+	a->rdv = caller_id && caller_id->len >= sizeof(sa_family_t) && caller_id->buf &&
+		 ((const struct sockaddr *)caller_id->buf)->sa_family == AF_UNIX;
 	/* another version is taken, to be refused with reason protocol (take_hello) */
 	if ((wsd_wire_tuple_check(caller_data ? caller_data->buf : NULL,
 				  caller_data ? caller_data->len : 0, &a->t, &why) == -EPROTO) ||
-	    a->t.server.port != a->port) {
+	    (a->t.server.port != a->port && !a->rdv)) {
 		wsd_debug("switch: a connect request refused: %s", a->t.server.port != a->port ?
 			  "tuple: not this port" : why);
 		wsd_stat_refused(R_PROTOCOL);
@@ -282,6 +307,12 @@ static void *acceptor(void *arg)
 		if (ws == INVALID_SOCKET) {
 			if (err == WSAENETDOWN || err == WSAENOTSOCK)
 				break;
+			continue;
+		}
+		if (a.rdv && a.t.client.family && !accept_rdv_server(&a.t, r->port)) {
+			wsd_debug("switch: a request through the rendezvous directory names no "
+				  "connection published");
+			refuse(ws, R_NO_MATCH);
 			continue;
 		}
 		accept_handshake(ws, &a.t);

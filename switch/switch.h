@@ -232,6 +232,11 @@ struct wsd_sock {
 	 * peek does not count: accept.c).
 	 */
 	bool handoff, data_called;
+	/*
+	 * An accepted connection whose entry in the rendezvous directory is
+	 * published (registry_publish), until it upgrades or closes.
+	 */
+	bool rdv_published;
 	pid_t accepted_by;           /* the process whose accept made it (0: not accepted) */
 	/*
 	 * A fork child's registry of its own for the connections it accepts

@@ -105,6 +105,17 @@ uint16_t registry_moved(uint16_t port, const struct wsd_tuple *t, bool *shared);
 /* In a fork child: the port of the sibling's own registry that noted t's connection, or 0. */
 uint16_t registry_sibling(uint16_t port, uint16_t side, const struct wsd_tuple *t);
 bool registry_boxes(uint16_t port);
+/*
+ * registry.c: publish (on) or withdraw, through port's registry, the
+ * rendezvous entry for a connection accepted from peer (SIO_WSP_PUBLISH);
+ * 0 or -1.  accept.c: the rendezvous side of an accepted connection's
+ * publication, at its accept and at its upgrade or close; and, for a
+ * request that came through the directory, t's server end made that of the
+ * connection published for t's client on port (false: none).
+ */
+int registry_publish(uint16_t port, const struct sockaddr *peer, socklen_t len, bool on);
+void accept_publish(struct wsd_sock *s, bool on);
+bool accept_rdv_server(struct wsd_tuple *t, uint16_t port);
 void registry_atfork_child(void);
 /*
  * connect.c: the connection stays on TCP, or is asked again (busy,
