@@ -288,8 +288,10 @@ static int connect_all(const char *port, uint64_t seed, int n, uint32_t id0, uin
 	const char *(*path_of)(int) = (const char *(*)(int))dlsym(RTLD_DEFAULT, "wsd_switch_path");
 	struct conn *cs = calloc((size_t)n, sizeof(*cs));
 	pthread_t *t = calloc((size_t)n, sizeof(*t));
+	/* FANOUT_ADDR: the server's IPv4 address (across network namespaces, a DNAT's) */
+	const char *at = getenv("FANOUT_ADDR");
 
-	if (!cs || !t)
+	if (!cs || !t || (at && inet_pton(AF_INET, at, &a.sin_addr) != 1))
 		return 2;
 	for (int i = 0; i < n; i++) {
 		uint32_t h[2] = { id0 + (uint32_t)i, mib };

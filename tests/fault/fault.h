@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -46,7 +47,8 @@ static inline void fill(uint64_t seed, uint64_t pos, uint8_t *buf, size_t n)
 }
 
 /*
- * A socket listening on 127.0.0.1 with a BACKLOG, its port written to
+ * A socket listening on 127.0.0.1 (FAULT_LISTEN_ADDR: that IPv4 address,
+ * for tests across network namespaces) with a BACKLOG, its port written to
  * PORTFILE (whole, by rename); -1 after a message naming WHO.
  */
 static inline int listen_portfile(const char *portfile, int backlog, const char *who)
@@ -55,8 +57,13 @@ static inline int listen_portfile(const char *portfile, int backlog, const char 
 	socklen_t alen = sizeof(a);
 	char tmp[4096];
 	int ls = socket(AF_INET, SOCK_STREAM, 0);
+	const char *at = getenv("FAULT_LISTEN_ADDR");
 	FILE *f;
 
+	if (at && inet_pton(AF_INET, at, &a.sin_addr) != 1) {
+		fprintf(stderr, "%s: FAULT_LISTEN_ADDR %s: not an IPv4 address\n", who, at);
+		return -1;
+	}
 	if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls, backlog) < 0 ||
 	    getsockname(ls, (struct sockaddr *)&a, &alen) < 0) {
 		fprintf(stderr, "%s: listen: %s\n", who, strerror(errno));
