@@ -134,7 +134,7 @@ static void rdv_open(struct shm_listener *sl)
 	wsd_fd_named(fd, true);
 	if (epoll_ctl(sl->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		wsd_fd_named(fd, false);
-		unlink(sl->rdv_path);
+		shm_rdv_unlisten(sl->rdv_path);
 		close(fd);
 		return;
 	}
@@ -289,7 +289,7 @@ void shm_listen_close(void *priv)
 		wsd_fd_named(sl->rdv_fd, false);
 		close(sl->rdv_fd);
 		if (sl->rdv_owner == getpid())   /* a fork child's copy is not the name */
-			unlink(sl->rdv_path);
+			shm_rdv_unlisten(sl->rdv_path);
 	}
 	wsd_fd_named(sl->fd, false);
 	close(sl->fd);

@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -43,6 +44,47 @@
 /* A connector waits this long at most for the listener's accept to publish its entry. */
 #define RDV_WAIT_MS 1000
 #define RDV_BUSY_MS 100
+
+/*
+ * The sockets this process bound there, unlinked when their listener
+ * closes or, at the latest, when the process exits (a registry outlives
+ * its listener a while, and a program may exit with listeners open).  A
+ * process killed leaves its sockets: stale names nobody answers on, which
+ * a connector takes for nothing published.
+ */
+#define RDV_OWN_MAX 64
+static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { pid_t pid; char path[108]; } own[RDV_OWN_MAX];
+
+static void own_note(const char *path, bool on)
+{
+	pthread_mutex_lock(&own_lock);
+	for (int i = 0; i < RDV_OWN_MAX; i++) {
+		if (on && !own[i].pid) {
+			own[i].pid = getpid();
+			snprintf(own[i].path, sizeof(own[i].path), "%s", path);
+			break;
+		}
+		if (!on && own[i].pid == getpid() && !strcmp(own[i].path, path)) {
+			own[i].pid = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&own_lock);
+}
+
+__attribute__((destructor)) static void rdv_exit(void)
+{
+	for (int i = 0; i < RDV_OWN_MAX; i++)
+		if (own[i].pid && own[i].pid == getpid())
+			unlink(own[i].path);
+}
+
+void shm_rdv_unlisten(const char *path)
+{
+	unlink(path);
+	own_note(path, false);
+}
 
 /* The directory, when configured and fit to trust: 0 and its path in dir. */
 int shm_rdv_dir(char *dir, size_t n)
@@ -128,6 +170,7 @@ int shm_rdv_listen(unsigned port, int backlog, char *path, size_t n)
 		return ret;
 	}
 	strcpy(path, un.sun_path);
+	own_note(path, true);
 	return fd;
 }
 

@@ -273,6 +273,7 @@ WSD_HIDDEN int shm_sock_name(const struct sockaddr *addr, socklen_t len,
 WSD_HIDDEN int shm_rdv_dir(char *dir, size_t n);
 WSD_HIDDEN int shm_rdv_entry(const struct sockaddr *a, socklen_t len, char *name, size_t n);
 WSD_HIDDEN int shm_rdv_listen(unsigned port, int backlog, char *path, size_t n);
+WSD_HIDDEN void shm_rdv_unlisten(const char *path);
 WSD_HIDDEN int shm_rdv_publish(const char *lpath, const struct sockaddr *peer, socklen_t len,
 			       bool on);
 WSD_HIDDEN int shm_rdv_find(const struct sockaddr *from, socklen_t len, int64_t deadline,

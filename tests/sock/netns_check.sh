@@ -192,5 +192,8 @@ g_wsd=$gbit
 [ $seen = yes ] || fail "iperf3: wsd stat shows no connection on shm"
 ipf "iperf3 plain" plain
 g_tcp=$gbit
+# every entry withdrawn at its connection's upgrade or close, every socket at its listener's
+left=$(ls -A "$rdv")
+[ -z "$left" ] || fail "the rendezvous directory keeps: $left"
 echo "iperf3 -l 1M across the DNAT: wsd $g_wsd Gbit/s (on shm, wsd stat), plain $g_tcp Gbit/s"
 exit 0
