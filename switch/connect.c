@@ -332,12 +332,14 @@ static struct wsd_session *new_channel(const struct sockaddr_storage *to, sockle
 		/*
 		 * The transport turns this process away, or no registry
 		 * listens there (a plain program; told on this host, where the
-		 * shm transport tells it from a listener with no room): each
-		 * connection would be.
+		 * shm transport tells it from a listener with no room, or with
+		 * a rendezvous directory, where a second of looking found
+		 * nothing published): each connection would be.
 		 */
 		if (*why == R_ACCESS ||
 		    (err == WSAECONNREFUSED &&
-		     (!t->client.family || probe_local(&t->server, &t->client))))
+		     (!t->client.family || probe_local(&t->server, &t->client))) ||
+		    (*why == R_PEER_PLAIN && *wsd_param_str("WSD_RENDEZVOUS_DIR")))
 			refused_for_each(key, t, *why);
 		return NULL;
 	}
