@@ -14,9 +14,11 @@ cd "$(dirname "$0")"
 # iperf3, sockperf and python3 (to read iperf3's JSON) run real programs
 # under `wsd run` (tests/sock); ucx-utils' ucx_perftest is wsd bench's
 # yardstick for shared-memory messaging; clang and its libFuzzer runtime
-# build the fuzz targets (tests/fuzz/run.sh).
+# build the fuzz targets (tests/fuzz/run.sh); iproute2 and nftables build
+# the namespaces, bridge and DNAT rule of tests/sock/netns_check.sh.
 PACKAGES="build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev
-liburing-dev check qemu-system-x86 iperf3 sockperf python3 ucx-utils clang libclang-rt-14-dev"
+liburing-dev check qemu-system-x86 iperf3 sockperf python3 ucx-utils clang libclang-rt-14-dev
+iproute2 nftables"
 
 install_missing() {   # [PACKAGE...]: these, else $PACKAGES
 	missing=""
