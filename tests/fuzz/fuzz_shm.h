@@ -16,10 +16,17 @@
 
 /*
  * The provider's engine is not linked into the shm targets: its log says
- * nothing, its threads are not counted (fuzz_threads.h), and the fork
+ * nothing, its threads are not counted (fuzz_threads.h), the fork
  * bookkeeping of the listener's name socket (wsd_fd_named,
- * provider/engine.c) has no fork to serve here.
+ * provider/engine.c) has no fork to serve here, and no parameter is set
+ * (no rendezvous directory: the listener's abstract name alone).
  */
+const char *wsd_param_str(const char *name)
+{
+	(void)name;
+	return "";
+}
+
 void wsd_debug(const char *fmt, ...)
 {
 	(void)fmt;

@@ -10,7 +10,7 @@
  * bytes (the fuzzer cannot guess an address); bit 5 writes the nonce the
  * listener made into the message (a connector that could read it).
  *
- * FUZZ_SOURCES: provider/shm/ctl.c provider/shm/proof.c provider/shm/owner.c
+ * FUZZ_SOURCES: provider/shm/ctl.c provider/shm/proof.c provider/shm/owner.c provider/shm/rdv.c
  */
 #define _GNU_SOURCE
 #include <sys/eventfd.h>

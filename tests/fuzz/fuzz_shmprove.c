@@ -11,7 +11,7 @@
  * port 1 of 127.0.0.1.  getrandom gives zeros during the call, so that our
  * nonce is 16 zero bytes the fuzzer can echo.
  *
- * FUZZ_SOURCES: provider/shm/ctl.c provider/shm/proof.c provider/shm/owner.c provider/shm/listen.c
+ * FUZZ_SOURCES: provider/shm/ctl.c provider/shm/proof.c provider/shm/owner.c provider/shm/listen.c provider/shm/rdv.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
