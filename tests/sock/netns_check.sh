@@ -15,11 +15,11 @@
 #     stay on TCP and arrive whole.
 # Needs root, ip, nft, unshare, setpriv and iperf3; exits 77 otherwise.
 set -u
+. "${srcdir:-.}/tests/attack/common.sh"
 b=${top_builddir:-.}
 wsd=$(cd "$b" && pwd)/wsd/wsd
 fanout=$(cd "$b" && pwd)/tests/fault/fanout
 other=65534
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
 
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for namespaces"; exit 77; }
 for c in ip nft unshare setpriv iperf3 python3; do
@@ -33,15 +33,13 @@ setpriv --reuid=$other --regid=$other --clear-groups test -r "$b/.libs/libwsd-pr
 
 id=$$
 A=wsdA$id B=wsdB$id H=wsdH$id
-tmp=$(mktemp -d)
 chmod 755 "$tmp"
-pids=
+# common.sh's clean-up (its trap), and the namespaces
 cleanup() {
 	for p in $pids; do kill -9 "$p" 2>/dev/null; done
 	for n in $A $B $H; do ip netns del "$n" 2>/dev/null; done
 	rm -rf "$tmp"
 }
-trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 ip netns add $A && ip netns add $B && ip netns add $H ||
@@ -124,12 +122,7 @@ fan() {
 		"$fanout" serve "$tmp/run/port" 7 8 >"$tmp/server.out" 2>"$tmp/server.err" &
 	spid=$!
 	pids="$pids $spid"
-	n=0
-	until [ -s "$tmp/run/port" ]; do
-		n=$((n + 1))
-		[ $n -le 100 ] || fail "$1: the server did not listen"
-		sleep 0.1
-	done
+	wait_file "$tmp/run/port" || fail "$1: the server did not listen"
 	port=$(cat "$tmp/run/port")
 	dnat "$port"
 	[ "$3" = svc ] && cport=$svcport || cport=$port
